@@ -1,0 +1,136 @@
+"""The batcher's routes: Atropos's paths and JSON, each a single call into BatcherService.
+
+Hot routes (/scored_data, /scored_data_list, /batch) take and return raw bytes: the body is
+validated once by pydantic-core, and batches are spliced from pre-serialised groups.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+
+from rlstack.batcher.service import BatcherService
+from rlstack.batcher.validation import GroupRejected, from_pydantic
+from rlstack.common.auth import require_bearer
+from rlstack.common.contracts.atropos import (
+    EnvIdentifier,
+    EnvRegistration,
+    EnvStatus,
+    RegisterEnvResponse,
+    RegisterResponse,
+    Status,
+    TrainerRegistration,
+)
+
+EMPTY_EXAMPLE = {
+    "tokens": [], "masks": [], "scores": [], "advantages": [], "ref_logprobs": [],
+    "generation_params": [], "inference_logprobs": [], "messages": [], "images": [],
+}
+
+
+def service(request: Request) -> BatcherService:
+    return request.app.state.batcher
+
+
+def writer(request: Request) -> None:
+    require_bearer(request, request.app.state.batcher.settings.auth_token)
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
+router = APIRouter()
+guarded = APIRouter(dependencies=[Depends(writer)])
+
+
+@router.get("/")
+async def root() -> dict[str, str]:
+    return {"message": "rlstack batcher (Atropos-compatible API)"}
+
+
+@guarded.post("/register", response_model=RegisterResponse)
+async def register(body: TrainerRegistration, svc: BatcherService = Depends(service)):
+    return await svc.register_trainer(body)
+
+
+@guarded.post("/register-env", response_model=RegisterEnvResponse, response_model_exclude_none=True)
+async def register_env(body: EnvRegistration, svc: BatcherService = Depends(service)):
+    return await svc.register_env(body)
+
+
+@guarded.post("/disconnect-env")
+async def disconnect_env(body: EnvIdentifier, svc: BatcherService = Depends(service)):
+    await svc.disconnect_env(body.env_id)
+    return {"status": "success"}
+
+
+@router.get("/wandb_info")
+async def wandb_info(svc: BatcherService = Depends(service)):
+    trainer = svc.state.trainer
+    return {"group": trainer.wandb_group if trainer else None, "project": trainer.wandb_project if trainer else None}
+
+
+@router.get("/info")
+async def info(svc: BatcherService = Depends(service)):
+    trainer = svc.state.trainer
+    return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1}
+
+
+@router.get("/batch")
+async def batch(svc: BatcherService = Depends(service)) -> Response:
+    return _json(await svc.next_batch())
+
+
+@router.get("/latest_example")
+async def latest_example(svc: BatcherService = Depends(service)) -> Response:
+    latest = svc.state.latest
+    return _json(latest.json() if latest else orjson.dumps(EMPTY_EXAMPLE))
+
+
+@guarded.post("/scored_data")
+async def scored_data(request: Request, svc: BatcherService = Depends(service)):
+    await svc.post_groups(await request.body(), as_list=False)
+    return {"status": "received"}
+
+
+@guarded.post("/scored_data_list")
+async def scored_data_list(request: Request, svc: BatcherService = Depends(service)):
+    count = await svc.post_groups(await request.body(), as_list=True)
+    return {"status": "received", "groups_processed": count}
+
+
+@router.get("/status", response_model=Status)
+async def status(svc: BatcherService = Depends(service)):
+    return {"current_step": svc.state.step, "queue_size": svc.state.available_groups}
+
+
+@router.get("/status-env", response_model=EnvStatus)
+async def status_env(request: Request, env_id: int | None = None, svc: BatcherService = Depends(service)):
+    """Atropos sends ``{"env_id": N}`` as a JSON body on this GET; ``?env_id=N`` works too."""
+    if env_id is None:
+        try:
+            env_id = EnvIdentifier.model_validate_json(await request.body() or b"{}").env_id
+        except ValidationError as exc:
+            raise from_pydantic(exc) from None
+    svc.require_env(env_id)
+    return svc.state.env_status(env_id)
+
+
+@guarded.get("/reset_data")
+async def reset_data(svc: BatcherService = Depends(service)) -> PlainTextResponse:
+    await svc.reset()
+    return PlainTextResponse("Reset successful")
+
+
+router.include_router(guarded)
+
+
+async def rejected_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GroupRejected)
+    headers = {}
+    if exc.status_code == 503:
+        headers["Retry-After"] = str(request.app.state.batcher.settings.retry_after_seconds)
+    return JSONResponse({"detail": exc.errors}, status_code=exc.status_code, headers=headers)

@@ -1,0 +1,69 @@
+"""Wires the batcher: log replay, the service, routes, metrics and shutdown in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from rlstack.batcher.api import rejected_handler, router
+from rlstack.batcher.config import BatcherSettings
+from rlstack.batcher.metrics import BatcherCollector, wal_sync_histogram
+from rlstack.batcher.service import BatcherService
+from rlstack.batcher.validation import GroupRejected
+from rlstack.batcher.wal import WriteAheadLog
+from rlstack.common.gzip_body import GzipRequestMiddleware
+from rlstack.common.server import create_app
+
+log = logging.getLogger(__name__)
+COMPACT_CHECK_SECONDS = 30.0
+
+
+def build_app(settings: BatcherSettings) -> FastAPI:
+    registry = CollectorRegistry()
+    sync_seconds = wal_sync_histogram(registry)
+    wal = WriteAheadLog(
+        settings.data_dir / "batcher.wal",
+        settings.durability,
+        on_sync=lambda seconds, _bytes: sync_seconds.observe(seconds),
+    )
+    svc = BatcherService(settings, wal)
+    registry.register(BatcherCollector(svc))
+    ready = {"replayed": False}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc.replay()
+        ready["replayed"] = True
+        compactor = asyncio.create_task(_compact_periodically(svc))
+        try:
+            yield
+        finally:
+            compactor.cancel()
+            await wal.close()
+            log.info("batcher stopped: log flushed at step %d", svc.state.step)
+
+    app = create_app(
+        service="batcher",
+        registry=registry,
+        ready=lambda: (ready["replayed"], {"step": svc.state.step, "queue_groups": svc.state.available_groups}),
+        lifespan=lifespan,
+    )
+    app.state.batcher = svc
+    app.include_router(router)
+    app.add_exception_handler(GroupRejected, rejected_handler)
+    app.add_middleware(GzipRequestMiddleware, max_inflated_bytes=settings.max_request_bytes)
+    return app
+
+
+async def _compact_periodically(svc: BatcherService) -> None:
+    while True:
+        await asyncio.sleep(COMPACT_CHECK_SECONDS)
+        try:
+            await svc.maybe_compact()
+        except OSError:
+            log.exception("compaction failed; the old log stays in use")

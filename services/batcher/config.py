@@ -1,0 +1,32 @@
+"""Batcher settings (env prefix ``RLSTACK_BATCHER_``, or the same fields as flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from rlstack.common.settings import ServiceSettings
+
+
+class BatcherSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_BATCHER_", cli_prog_name="rlstack.batcher")
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """Atropos's default port, so existing env configs point here unchanged."""
+    data_dir: Path = Path("data/batcher")
+    """Where the write-ahead log lives (a PVC in Kubernetes)."""
+    durability: Literal["fsync", "flush", "none"] = "fsync"
+    """fsync: acknowledge only once on disk (group commit); flush: OS buffers; none: memory only."""
+    max_queue_sequences: int = Field(default=16384, ge=1)
+    """Queue bound in sequences; past it posts get 503 + Retry-After and nothing is dropped."""
+    max_staleness: int | None = Field(default=None, ge=0)
+    """Drop groups whose weight_version is older than current_step - max_staleness."""
+    compact_min_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    """Rewrite the log once it is this large and mostly consumed."""
+    retry_after_seconds: int = Field(default=1, ge=1, le=60)
+    """Retry-After sent with 503 when the queue is full."""
+    max_request_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
+    """Largest request body accepted after gzip inflation."""

@@ -1,0 +1,83 @@
+"""What the write-ahead log holds: state events as JSON, and accepted groups as raw request bytes.
+
+Groups are logged as the bytes the client sent (after gzip inflation), prefixed by the id of
+the first group: no re-serialisation on the hot path, and a replay validates them again.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from rlstack.common.contracts.atropos import EnvRegistration, TrainerRegistration
+
+_first_id = struct.Struct("<Q")
+
+
+class RecordKind(IntEnum):
+    EVENT = 1
+    GROUPS = 2
+
+
+class TrainerRegistered(BaseModel):
+    kind: Literal["trainer"] = "trainer"
+    registration: TrainerRegistration
+
+
+class EnvRegistered(BaseModel):
+    kind: Literal["env"] = "env"
+    env_id: int
+    real_name: str
+    registration: EnvRegistration
+
+
+class EnvDisconnected(BaseModel):
+    kind: Literal["disconnect"] = "disconnect"
+    env_id: int
+
+
+class BatchServed(BaseModel):
+    kind: Literal["batch"] = "batch"
+    step: int
+    group_ids: list[int]
+
+
+class GroupsDropped(BaseModel):
+    kind: Literal["dropped"] = "dropped"
+    group_ids: list[int]
+    reason: Literal["stale", "unbatchable"]
+
+
+class Snapshot(BaseModel):
+    """Written first by compaction: counters that no longer follow from the records."""
+
+    kind: Literal["snapshot"] = "snapshot"
+    step: int
+    next_group_id: int
+
+
+class DataReset(BaseModel):
+    kind: Literal["reset"] = "reset"
+
+
+Event = Annotated[
+    TrainerRegistered | EnvRegistered | EnvDisconnected | BatchServed | GroupsDropped | Snapshot | DataReset,
+    Field(discriminator="kind"),
+]
+event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def encode_event(event: BaseModel) -> tuple[int, bytes]:
+    return RecordKind.EVENT, event.model_dump_json().encode()
+
+
+def encode_groups(first_id: int, raw_json: bytes) -> tuple[int, bytes]:
+    return RecordKind.GROUPS, _first_id.pack(first_id) + raw_json
+
+
+def decode_groups(payload: bytes) -> tuple[int, bytes]:
+    (first_id,) = _first_id.unpack_from(payload)
+    return first_id, payload[_first_id.size :]

@@ -1,0 +1,215 @@
+"""The batcher's use cases: validate, log durably, apply; hand out batches; replay on start.
+
+Sits between the HTTP routes (api.py) and the state machine (state.py); owns the write-ahead
+log and decides what is rejected (422), throttled (503) or accepted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from rlstack.batcher.config import BatcherSettings
+from rlstack.batcher.records import (
+    BatchServed,
+    DataReset,
+    EnvDisconnected,
+    EnvRegistered,
+    GroupsDropped,
+    RecordKind,
+    TrainerRegistered,
+    decode_groups,
+    encode_event,
+    encode_groups,
+    event_adapter,
+)
+from rlstack.batcher.state import BatcherState
+from rlstack.batcher.validation import GroupRejected, check_shapes, error, from_pydantic
+from rlstack.batcher.wal import WriteAheadLog
+from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
+
+log = logging.getLogger(__name__)
+_group_list = TypeAdapter(list[ScoredData])
+NO_TRAINER = {"status": "error", "message": "Trainer not registered. Call /register first.", "batch": []}
+
+
+class BatcherService:
+    def __init__(self, settings: BatcherSettings, wal: WriteAheadLog) -> None:
+        self.settings = settings
+        self.state = BatcherState(max_staleness=settings.max_staleness)
+        self.wal = wal
+        self.rejected: dict[str, int] = {}
+
+    # ----- lifecycle -----
+
+    def replay(self) -> int:
+        """Rebuild the state from the log; returns the number of records read."""
+        count = 0
+        for kind, payload in self.wal.open():
+            count += 1
+            if kind == RecordKind.EVENT:
+                self.state.apply(event_adapter.validate_json(payload))
+            elif kind == RecordKind.GROUPS:
+                first_id, raw = decode_groups(payload)
+                self.state.add_groups(first_id, _parse_groups(raw))
+        log.info(
+            "replayed %d records: step %d, %d groups queued, %d envs",
+            count, self.state.step, len(self.state.queue), len(self.state.envs),
+        )
+        return count
+
+    async def maybe_compact(self) -> bool:
+        """Rewrite the log as a snapshot once it is large and mostly consumed."""
+        live_bytes = self.state.queued_sequences * 4096  # rough upper bound per sequence
+        if self.wal.size < self.settings.compact_min_bytes or self.wal.size < 2 * live_bytes:
+            return False
+        await self.wal.rewrite(self._snapshot_records)
+        return True
+
+    def _snapshot_records(self) -> list[tuple[int, bytes]]:
+        records = [encode_event(e) for e in self.state.snapshot_events()]
+        for group in self.state.queue.values():
+            records.append(encode_groups(group.group_id, group.data.model_dump_json().encode()))
+        return records
+
+    # ----- registration -----
+
+    async def register_trainer(self, registration: TrainerRegistration) -> dict[str, int]:
+        if registration.batch_size > self.settings.max_queue_sequences:
+            raise GroupRejected(
+                422, [error(("batch_size",), f"exceeds the queue bound ({self.settings.max_queue_sequences} sequences)")],
+                "batch_size",
+            )
+        await self._log_event(TrainerRegistered(registration=registration))
+        return {"uuid": self.state.requesters}
+
+    async def register_env(self, registration: EnvRegistration) -> dict[str, Any]:
+        trainer = self.state.trainer
+        if trainer is None:
+            return {"status": "wait for trainer to start"}
+        if registration.group_size > trainer.batch_size:
+            raise GroupRejected(
+                422, [error(("group_size",), f"{registration.group_size} exceeds the trainer's batch_size {trainer.batch_size}")],
+                "group_size",
+            )
+        env_id = self.state.next_env_id
+        self.state.next_env_id += 1  # taken now: a concurrent registration gets the next id
+        same_name = sum(e.registration.desired_name == registration.desired_name for e in self.state.envs)
+        event = EnvRegistered(env_id=env_id, real_name=f"{registration.desired_name}_{same_name}", registration=registration)
+        await self._log_event(event)
+        return {
+            "status": "success",
+            "env_id": env_id,
+            "wandb_name": event.real_name,
+            "checkpoint_dir": trainer.checkpoint_dir,
+            "starting_step": self.state.step,
+            "checkpoint_interval": trainer.save_checkpoint_interval,
+            "num_steps": trainer.num_steps,
+        }
+
+    async def disconnect_env(self, env_id: int) -> None:
+        self.require_env(env_id)
+        await self._log_event(EnvDisconnected(env_id=env_id))
+
+    def require_env(self, env_id: int) -> None:
+        if env_id >= len(self.state.envs):
+            raise GroupRejected(404, [error(("env_id",), f"no env registered with id {env_id}")], "unknown_env")
+
+    # ----- scored data -----
+
+    async def post_groups(self, raw: bytes, as_list: bool) -> int:
+        """Validate, reserve queue room, log durably; returns the number of groups accepted."""
+        groups = self._validate(raw, as_list)
+        sequences = sum(len(g.tokens) for g in groups)
+        bound = self.settings.max_queue_sequences
+        if sequences > bound:
+            self._count_reject("too_large")
+            raise GroupRejected(413, [error((), f"{sequences} sequences in one request exceed the queue bound {bound}; split it")], "too_large")
+        state = self.state
+        if state.queued_sequences + state.inflight_sequences + sequences > bound:
+            self._count_reject("queue_full")
+            raise GroupRejected(503, [error((), f"queue full ({state.queued_sequences}/{bound} sequences); retry later")], "queue_full")
+        first_id = state.allocate_ids(len(groups))
+        state.inflight_sequences += sequences
+
+        def apply() -> None:
+            state.inflight_sequences -= sequences
+            state.add_groups(first_id, groups)
+
+        try:
+            kind, payload = encode_groups(first_id, raw)
+            await self.wal.append(kind, payload, on_durable=apply)
+        except OSError:
+            state.inflight_sequences -= sequences
+            raise
+        return len(groups)
+
+    def _validate(self, raw: bytes, as_list: bool) -> list[ScoredData]:
+        try:
+            groups = _group_list.validate_json(raw) if as_list else [ScoredData.model_validate_json(raw)]
+        except ValidationError as exc:
+            self._count_reject("schema")
+            raise from_pydantic(exc) from None
+        problems = []
+        batch_size = self.state.trainer.batch_size if self.state.trainer else None
+        for index, group in enumerate(groups):
+            loc: tuple[str | int, ...] = (index,) if as_list else ()
+            problems += check_shapes(group, loc)
+            size = len(group.tokens)
+            if batch_size is not None and size > batch_size:
+                problems.append(error((*loc, "tokens"), f"group of {size} sequences can never fit a batch of {batch_size}"))
+            if group.env_id is not None:
+                if group.env_id >= len(self.state.envs):
+                    problems.append(error((*loc, "env_id"), f"no env registered with id {group.env_id}"))
+                else:
+                    expected = self.state.envs[group.env_id].registration.group_size
+                    if size != expected:
+                        problems.append(error((*loc, "tokens"), f"group has {size} sequences, env {group.env_id} registered group_size {expected}"))
+        if problems:
+            self._count_reject("invalid")
+            raise GroupRejected(422, problems, "invalid")
+        return groups
+
+    def _count_reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    # ----- batches -----
+
+    async def next_batch(self) -> bytes:
+        """The next batch as Atropos's JSON body (bytes, pre-serialised groups spliced in)."""
+        state = self.state
+        if state.trainer is None:
+            return orjson.dumps(NO_TRAINER)
+        for reason, ids in (("stale", state.stale_ids()), ("unbatchable", state.unbatchable_ids())):
+            if ids:
+                # Not waited on: a lost drop record is recomputed after a replay.
+                event = GroupsDropped(group_ids=ids, reason=reason)
+                state.apply(event)
+                self.wal.append_nowait(*encode_event(event))
+        picked = state.reserve_batch()
+        if picked is None:
+            return b'{"batch":null}'
+        step, groups = picked
+        event = BatchServed(step=step, group_ids=[g.group_id for g in groups])
+        try:
+            await self.wal.append(*encode_event(event), on_durable=lambda: state.apply(event))
+        except OSError:
+            state.release(groups)
+            state.step -= 1
+            raise
+        return b'{"batch":[' + b",".join(g.json() for g in groups) + b"]}"
+
+    async def reset(self) -> None:
+        await self._log_event(DataReset())
+
+    async def _log_event(self, event) -> None:  # noqa: ANN001 - any Event model
+        await self.wal.append(*encode_event(event), on_durable=lambda: self.state.apply(event))
+
+
+def _parse_groups(raw: bytes) -> list[ScoredData]:
+    if raw.lstrip()[:1] == b"[":
+        return _group_list.validate_json(raw)
+    return [ScoredData.model_validate_json(raw)]

@@ -1,0 +1,214 @@
+"""The batcher's state machine: trainer and env registrations, the group queue, the step.
+
+No FastAPI here. Every change arrives as a log record applied in log order, live (after the
+write is durable) and on replay alike, so a restart rebuilds exactly what was acknowledged.
+Selection of a batch is synchronous (groups are reserved at once, so two concurrent /batch
+calls never share a group) and becomes final when its record is durable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
+from rlstack.batcher.packing import select_batch
+from rlstack.batcher.records import (
+    BatchServed,
+    DataReset,
+    EnvDisconnected,
+    EnvRegistered,
+    Event,
+    GroupsDropped,
+    Snapshot,
+    TrainerRegistered,
+)
+
+MIN_ENV_WEIGHT = 0.01  # as Atropos: a low-weight env is throttled, never starved
+
+
+@dataclass
+class QueuedGroup:
+    group_id: int
+    data: ScoredData
+    _json: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.data.tokens)
+
+    def json(self) -> bytes:
+        """Serialised once, when first handed out (keeps the post path cheap)."""
+        if self._json is None:
+            self._json = self.data.model_dump_json().encode()
+        return self._json
+
+
+@dataclass
+class EnvEntry:
+    env_id: int
+    real_name: str
+    registration: EnvRegistration
+    connected: bool = True
+    last_seen: float = field(default_factory=time.time)
+
+
+@dataclass
+class Counters:
+    groups_accepted: int = 0
+    sequences_accepted: int = 0
+    batches_served: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: {"stale": 0, "unbatchable": 0})
+
+
+class BatcherState:
+    def __init__(self, max_staleness: int | None = None) -> None:
+        self.max_staleness = max_staleness
+        self.counters = Counters()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.trainer: TrainerRegistration | None = None
+        self.requesters = 0
+        self.envs: list[EnvEntry] = []
+        self.queue: OrderedDict[int, QueuedGroup] = OrderedDict()
+        self.reserved: set[int] = set()
+        self.queued_sequences = 0
+        self.inflight_sequences = 0  # accepted in memory, waiting for the disk
+        self.step = 0  # batches handed out (including ones whose record is in flight)
+        self.next_group_id = 0
+        self.next_env_id = 0
+        self.latest: QueuedGroup | None = None
+
+    # ----- applying log records (live and replay) -----
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case TrainerRegistered(registration=reg):
+                if self.trainer is None:
+                    self.trainer = reg
+                    self.step = max(self.step, reg.starting_step)
+                self.requesters += 1
+            case EnvRegistered(env_id=env_id, real_name=name, registration=reg):
+                if env_id == len(self.envs):
+                    self.envs.append(EnvEntry(env_id, name, reg))
+                self.next_env_id = max(self.next_env_id, env_id + 1)
+            case EnvDisconnected(env_id=env_id):
+                if env_id < len(self.envs):
+                    self.envs[env_id].connected = False
+            case BatchServed(step=step, group_ids=ids):
+                self._remove(ids)
+                self.step = max(self.step, step)
+                self.counters.batches_served += 1
+            case GroupsDropped(group_ids=ids, reason=reason):
+                self.counters.dropped[reason] += len(self._remove(ids))
+            case Snapshot(step=step, next_group_id=next_id):
+                self.step = step
+                self.next_group_id = max(self.next_group_id, next_id)
+            case DataReset():
+                self._reset()
+
+    def add_groups(self, first_id: int, groups: list[ScoredData]) -> None:
+        for offset, data in enumerate(groups):
+            group = QueuedGroup(first_id + offset, data)
+            self.queue[group.group_id] = group
+            self.queued_sequences += group.size
+            self.counters.groups_accepted += 1
+            self.counters.sequences_accepted += group.size
+            self.latest = group
+        self.next_group_id = max(self.next_group_id, first_id + len(groups))
+
+    def _remove(self, ids: list[int]) -> list[QueuedGroup]:
+        removed = []
+        for group_id in ids:
+            group = self.queue.pop(group_id, None)
+            self.reserved.discard(group_id)
+            if group is not None:
+                self.queued_sequences -= group.size
+                removed.append(group)
+        return removed
+
+    # ----- decisions taken before a record is written -----
+
+    def allocate_ids(self, count: int) -> int:
+        first = self.next_group_id
+        self.next_group_id += count
+        return first
+
+    def stale_ids(self) -> list[int]:
+        """Groups older than ``step - max_staleness`` (never handed out, dropped and counted)."""
+        if self.max_staleness is None:
+            return []
+        oldest_allowed = self.step - self.max_staleness
+        return [
+            gid
+            for gid, g in self.queue.items()
+            if gid not in self.reserved and g.data.weight_version is not None and g.data.weight_version < oldest_allowed
+        ]
+
+    def unbatchable_ids(self) -> list[int]:
+        batch_size = self.trainer.batch_size if self.trainer else None
+        if batch_size is None:
+            return []
+        return [gid for gid, g in self.queue.items() if gid not in self.reserved and g.size > batch_size]
+
+    def reserve_batch(self) -> tuple[int, list[QueuedGroup]] | None:
+        """Pick the next batch, reserve its groups and take the next step number."""
+        assert self.trainer is not None
+        candidates = ((gid, g.size) for gid, g in self.queue.items() if gid not in self.reserved)
+        ids = select_batch(candidates, self.trainer.batch_size)
+        if ids is None:
+            return None
+        self.reserved.update(ids)
+        self.step += 1
+        return self.step, [self.queue[gid] for gid in ids]
+
+    def release(self, groups: list[QueuedGroup]) -> None:
+        """Undo a reservation whose record could not be written."""
+        for group in groups:
+            self.reserved.discard(group.group_id)
+
+    # ----- views -----
+
+    @property
+    def available_groups(self) -> int:
+        return len(self.queue) - len(self.reserved)
+
+    def env_status(self, env_id: int) -> dict[str, float | int]:
+        """Atropos's /status-env numbers: how much of the queue this env may count on."""
+        env = self.envs[env_id]
+        group_size = env.registration.group_size
+        connected = [e for e in self.envs if e.connected]
+        total_weight = sum(e.registration.max_token_length * e.registration.weight for e in connected)
+        own_weight = env.registration.max_token_length * env.registration.weight
+        weight = max(MIN_ENV_WEIGHT, own_weight / total_weight) if total_weight > 0 else 1.0
+        min_alloc = sum(e.registration.min_batch_allocation or 0.0 for e in connected)
+        own_sequences = 0
+        max_group_size = 1
+        for gid, g in self.queue.items():
+            if gid in self.reserved:
+                continue
+            max_group_size = max(max_group_size, g.size)
+            if g.data.env_id == env_id:
+                own_sequences += g.size
+        available = self.queued_sequences - sum(self.queue[g].size for g in self.reserved if g in self.queue)
+        return {
+            "current_step": self.step,
+            "queue_size": available // group_size,
+            "unallocated_fraction": 1.0 - min(min_alloc, 1.0),
+            "self_queue_size": own_sequences // group_size,
+            "max_group_size": max_group_size,
+            "env_weight": weight,
+        }
+
+    def snapshot_events(self) -> list[Event]:
+        """Events that rebuild the non-group state; groups are written beside them."""
+        events: list[Event] = [Snapshot(step=self.step, next_group_id=self.next_group_id)]
+        if self.trainer is not None:
+            events.append(TrainerRegistered(registration=self.trainer))
+        for env in self.envs:
+            events.append(EnvRegistered(env_id=env.env_id, real_name=env.real_name, registration=env.registration))
+            if not env.connected:
+                events.append(EnvDisconnected(env_id=env.env_id))
+        return events

@@ -1,0 +1,1 @@
+"""Shared parts: wire contracts, settings, metrics, logging, HTTP client and server plumbing."""

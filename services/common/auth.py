@@ -1,0 +1,23 @@
+"""Optional bearer-token check for mutating routes (constant-time compare)."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import HTTPException, Request
+from pydantic import SecretStr
+
+
+def require_bearer(request: Request, token: SecretStr | None) -> None:
+    """Raise 401 unless auth is off or the request carries ``Authorization: Bearer <token>``."""
+    if token is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, presented = header.partition(" ")
+    expected = token.get_secret_value()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), expected):
+        raise HTTPException(
+            status_code=401,
+            detail="authorization: missing or wrong bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -1,0 +1,1 @@
+"""Wire contracts: the JSON that crosses a process boundary, as pydantic models."""

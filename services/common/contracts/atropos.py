@@ -1,0 +1,108 @@
+"""The Atropos trajectory API's wire types (atroposlib 0.4.0), plus our optional ``weight_version``.
+
+Field names and shapes match atroposlib's server so its ``BaseEnv`` and trainers work
+unchanged; unknown fields are ignored, nulls accepted in every optional field. Type checks
+happen here; cross-field checks (row lengths, trained positions) live in the batcher's
+validation module so they can report the exact offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Atropos clients send extra keys we don't know; ignoring them is the compatible choice.
+_lenient = ConfigDict(extra="ignore")
+
+
+class TrainerRegistration(BaseModel):
+    """``POST /register``: the trainer announces its batch shape."""
+
+    model_config = _lenient
+    wandb_group: str = ""
+    wandb_project: str = ""
+    batch_size: int = Field(ge=1)
+    max_token_len: int = Field(ge=1)
+    checkpoint_dir: str = ""
+    save_checkpoint_interval: int = -1
+    starting_step: int = Field(default=0, ge=0)
+    num_steps: int = -1
+
+
+class EnvRegistration(BaseModel):
+    """``POST /register-env``: an environment server joins."""
+
+    model_config = _lenient
+    max_token_length: int = Field(ge=1)
+    desired_name: str = Field(min_length=1)
+    weight: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    group_size: int = Field(ge=1)
+    min_batch_allocation: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class EnvIdentifier(BaseModel):
+    """Body of ``/disconnect-env`` and of the GET-with-body ``/status-env``."""
+
+    model_config = _lenient
+    env_id: int = Field(ge=0)
+
+
+class ScoredData(BaseModel):
+    """One scored group: ``len(tokens)`` sequences of one prompt, with their rewards."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    tokens: list[list[int]]
+    masks: list[list[int]]
+    scores: list[float]
+    advantages: list[list[float]] | None = None
+    ref_logprobs: list[list[float]] | None = None
+    messages: list[list[dict[str, Any]]] | None = None
+    generation_params: dict[str, Any] | None = None
+    inference_logprobs: list[list[float]] | None = None
+    overrides: list[dict[str, Any]] | None = None
+    group_overrides: dict[str, Any] | None = None
+    images: Any | None = None
+    env_id: int | None = None
+    distill_token_ids: list[list[list[int]]] | None = None
+    distill_logprobs: list[list[list[float]]] | None = None
+    weight_version: int | None = Field(default=None, ge=0)
+    """rlstack extension: the policy version that generated the group (staleness filter)."""
+
+    @field_validator("messages")
+    @classmethod
+    def _messages_have_role_and_content(cls, value: list[list[dict[str, Any]]] | None):
+        for row in value or ():
+            for message in row:
+                if "role" not in message or "content" not in message:
+                    raise ValueError("every message needs 'role' and 'content'")
+        return value
+
+
+class RegisterResponse(BaseModel):
+    uuid: int
+
+
+class RegisterEnvResponse(BaseModel):
+    status: str
+    env_id: int | None = None
+    wandb_name: str | None = None
+    checkpoint_dir: str | None = None
+    starting_step: int | None = None
+    checkpoint_interval: int | None = None
+    num_steps: int | None = None
+
+
+class Status(BaseModel):
+    current_step: int
+    queue_size: int
+
+
+class EnvStatus(BaseModel):
+    current_step: int
+    queue_size: int
+    unallocated_fraction: float
+    self_queue_size: int
+    max_group_size: int
+    env_weight: float

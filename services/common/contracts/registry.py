@@ -1,0 +1,47 @@
+"""Registry wire types: what an inference replica announces and what watchers receive."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+ENDPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class EndpointRegistration(BaseModel):
+    """Body of ``PUT /v1/endpoints/{id}``; sending it again is the heartbeat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: HttpUrl
+    """Base URL of the OpenAI-compatible server (no /v1 suffix)."""
+    model: str = Field(min_length=1)
+    """The name the server lists at /v1/models; readiness waits for it."""
+    served_model_names: list[str] = Field(default_factory=list)
+    """Further names the policy answers to (aliases, LoRA adapters)."""
+    weight_version: int = Field(default=0, ge=0)
+    """Policy version currently loaded."""
+    dp_rank: int | None = Field(default=None, ge=0)
+    """Data-parallel rank of this replica, if it has one."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form selectors (node, zone, pod name)."""
+    ttl_seconds: float | None = Field(default=None, gt=0, le=3600)
+    """Expire after this long without a heartbeat; the registry's default when unset."""
+
+
+class Endpoint(EndpointRegistration):
+    """A registered endpoint as the registry sees it."""
+
+    id: str
+    ready: bool
+    """True once the registry itself saw ``model`` listed at ``url``/v1/models."""
+    registered_at: float
+    last_heartbeat: float
+    expires_at: float
+    last_probe_at: float | None = None
+    probe_error: str | None = None
+
+
+class EndpointList(BaseModel):
+    revision: int
+    """Bumped on every change that a watcher would care about."""
+    endpoints: list[Endpoint]

@@ -1,0 +1,42 @@
+"""Wires the registry: table, prober, background loops, routes and metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from rlstack.common.http import async_client
+from rlstack.common.server import create_app
+from rlstack.registry.api import router
+from rlstack.registry.config import RegistrySettings
+from rlstack.registry.metrics import RegistryCollector
+from rlstack.registry.prober import Prober
+from rlstack.registry.service import RegistryService
+from rlstack.registry.table import EndpointTable
+
+
+def build_app(settings: RegistrySettings) -> FastAPI:
+    registry = CollectorRegistry()
+    client = async_client(timeout=settings.probe_timeout_seconds)
+    api_key = settings.probe_api_key.get_secret_value() if settings.probe_api_key else None
+    table = EndpointTable(settings.default_ttl_seconds)
+    svc = RegistryService(settings, table, Prober(table, client, api_key))
+    registry.register(RegistryCollector(svc))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc.start()
+        try:
+            yield
+        finally:
+            await svc.stop()
+            await client.aclose()
+
+    # The registry is ready as soon as it serves: an empty table is a valid answer.
+    app = create_app(service="registry", registry=registry, ready=lambda: (True, {"endpoints": len(table.all())}), lifespan=lifespan)
+    app.state.registry = svc
+    app.include_router(router)
+    return app

@@ -1,0 +1,25 @@
+"""Registry settings (env prefix ``RLSTACK_REGISTRY_``, or the same fields as flags)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from rlstack.common.settings import ServiceSettings
+
+
+class RegistrySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_REGISTRY_", cli_prog_name="rlstack.registry")
+
+    port: int = Field(default=8100, ge=0, le=65535)
+    """TCP port to listen on."""
+    default_ttl_seconds: float = Field(default=15.0, gt=0, le=3600)
+    """An endpoint that sends no heartbeat for this long is removed."""
+    probe_interval_seconds: float = Field(default=2.0, gt=0, le=300)
+    """How often each endpoint's /v1/models is checked."""
+    probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    """Time allowed for one probe."""
+    probe_api_key: SecretStr | None = None
+    """Bearer key the replicas expect (vLLM --api-key)."""
+    max_watch_seconds: float = Field(default=60.0, gt=0, le=600)
+    """Longest a watch request is held open."""

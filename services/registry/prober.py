@@ -1,0 +1,55 @@
+"""Active readiness probing: an endpoint is ready only when its /v1/models lists its model.
+
+vLLM's /health answers before the weights are loaded; /v1/models naming the model is the
+first signal that a request would actually be served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from rlstack.common.contracts.registry import Endpoint
+from rlstack.registry.table import EndpointTable
+
+log = logging.getLogger(__name__)
+
+
+class Prober:
+    def __init__(self, table: EndpointTable, client: httpx.AsyncClient, api_key: str | None = None) -> None:
+        self.table = table
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.failures_total = 0
+
+    async def probe(self, endpoint: Endpoint) -> tuple[bool, str | None]:
+        url = str(endpoint.url).rstrip("/") + "/v1/models"
+        try:
+            response = await self.client.get(url, headers=self.headers)
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        if response.status_code != 200:
+            return False, f"GET /v1/models returned {response.status_code}"
+        try:
+            listed = {m.get("id") for m in response.json().get("data", [])}
+        except (ValueError, AttributeError):
+            return False, "GET /v1/models did not return an OpenAI model list"
+        if endpoint.model not in listed:
+            return False, f"model {endpoint.model!r} not listed (has {sorted(x for x in listed if x)})"
+        return True, None
+
+    async def probe_all(self) -> None:
+        endpoints = self.table.all()
+        results = await asyncio.gather(*(self.probe(e) for e in endpoints))
+        now = time.time()
+        for endpoint, (ready, error) in zip(endpoints, results):
+            if not ready:
+                self.failures_total += 1
+                if endpoint.ready:
+                    log.warning("endpoint %s (%s) no longer ready: %s", endpoint.id, endpoint.url, error)
+            elif not endpoint.ready:
+                log.info("endpoint %s (%s) ready with %s", endpoint.id, endpoint.url, endpoint.model)
+            self.table.record_probe(endpoint.id, ready, error, now)

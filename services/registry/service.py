@@ -1,0 +1,67 @@
+"""Registry use cases and background loops (probing, expiry), free of HTTP routing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from rlstack.common.contracts.registry import Endpoint, EndpointList, EndpointRegistration
+from rlstack.registry.config import RegistrySettings
+from rlstack.registry.prober import Prober
+from rlstack.registry.table import EndpointTable
+
+log = logging.getLogger(__name__)
+
+
+class RegistryService:
+    def __init__(self, settings: RegistrySettings, table: EndpointTable, prober: Prober) -> None:
+        self.settings = settings
+        self.table = table
+        self.prober = prober
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def register(self, endpoint_id: str, reg: EndpointRegistration, now: float) -> Endpoint:
+        before = self.table.get(endpoint_id)
+        entry = self.table.upsert(endpoint_id, reg, now)
+        if before is None or before.url != entry.url or before.model != entry.model:
+            log.info("endpoint %s registered at %s serving %s (v%d)", endpoint_id, entry.url, entry.model, entry.weight_version)
+            self._spawn(self._probe_one(endpoint_id))  # a new replica should not wait a whole interval
+        return entry
+
+    def snapshot(self, model: str | None, ready: bool | None, labels: dict[str, str]) -> EndpointList:
+        return EndpointList(revision=self.table.revision, endpoints=self.table.select(model, ready, labels))
+
+    async def _probe_one(self, endpoint_id: str) -> None:
+        entry = self.table.get(endpoint_id)
+        if entry is not None:
+            ready, error = await self.prober.probe(entry)
+            self.table.record_probe(endpoint_id, ready, error, time.time())
+
+    async def probe_loop(self) -> None:
+        while True:
+            try:
+                await self.prober.probe_all()
+            except Exception:  # a probe bug must not stop probing
+                log.exception("probe round failed")
+            await asyncio.sleep(self.settings.probe_interval_seconds)
+
+    async def expiry_loop(self) -> None:
+        while True:
+            for endpoint_id in self.table.expire(time.time()):
+                log.warning("endpoint %s expired (no heartbeat)", endpoint_id)
+            await asyncio.sleep(min(1.0, self.settings.default_ttl_seconds / 4))
+
+    def start(self) -> None:
+        self._spawn(self.probe_loop())
+        self._spawn(self.expiry_loop())
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro) -> None:  # noqa: ANN001
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,100 @@
+"""The endpoint table: upserts, expiry, probe results and a revision that watchers wait on.
+
+No FastAPI or I/O here; time is passed in, so tests drive expiry without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlstack.common.contracts.registry import Endpoint, EndpointRegistration
+
+
+class EndpointTable:
+    def __init__(self, default_ttl: float) -> None:
+        self.default_ttl = default_ttl
+        self.revision = 0
+        self._endpoints: dict[str, Endpoint] = {}
+        self._changed = asyncio.Event()
+        self.expired_total = 0
+
+    def _bump(self) -> None:
+        self.revision += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def upsert(self, endpoint_id: str, reg: EndpointRegistration, now: float) -> Endpoint:
+        """Register or heartbeat; only a change in what watchers see bumps the revision."""
+        ttl = reg.ttl_seconds or self.default_ttl
+        old = self._endpoints.get(endpoint_id)
+        same_target = old is not None and old.url == reg.url and old.model == reg.model
+        entry = Endpoint(
+            id=endpoint_id,
+            **reg.model_dump(),
+            ready=old.ready if same_target else False,
+            registered_at=old.registered_at if old else now,
+            last_heartbeat=now,
+            expires_at=now + ttl,
+            last_probe_at=old.last_probe_at if same_target else None,
+            probe_error=old.probe_error if same_target else None,
+        )
+        self._endpoints[endpoint_id] = entry
+        if old is None or _visible(old) != _visible(entry):
+            self._bump()
+        return entry
+
+    def remove(self, endpoint_id: str) -> bool:
+        if self._endpoints.pop(endpoint_id, None) is None:
+            return False
+        self._bump()
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        gone = [eid for eid, e in self._endpoints.items() if e.expires_at <= now]
+        for eid in gone:
+            del self._endpoints[eid]
+        if gone:
+            self.expired_total += len(gone)
+            self._bump()
+        return gone
+
+    def record_probe(self, endpoint_id: str, ready: bool, error: str | None, now: float) -> None:
+        entry = self._endpoints.get(endpoint_id)
+        if entry is None:
+            return  # removed while the probe was in flight
+        changed = entry.ready != ready
+        entry.ready, entry.probe_error, entry.last_probe_at = ready, error, now
+        if changed:
+            self._bump()
+
+    def get(self, endpoint_id: str) -> Endpoint | None:
+        return self._endpoints.get(endpoint_id)
+
+    def all(self) -> list[Endpoint]:
+        return sorted(self._endpoints.values(), key=lambda e: (e.dp_rank is None, e.dp_rank or 0, e.id))
+
+    def select(self, model: str | None = None, ready: bool | None = None, labels: dict[str, str] | None = None) -> list[Endpoint]:
+        out = []
+        for e in self.all():
+            if model is not None and model != e.model and model not in e.served_model_names:
+                continue
+            if ready is not None and e.ready != ready:
+                continue
+            if labels and any(e.labels.get(k) != v for k, v in labels.items()):
+                continue
+            out.append(e)
+        return out
+
+    async def wait_for_change(self, revision: int, timeout: float) -> None:
+        """Return as soon as the table's revision passes ``revision``, or after ``timeout``."""
+        if self.revision > revision:
+            return
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+
+def _visible(e: Endpoint) -> tuple:
+    """The parts of an entry a watcher acts on (not heartbeat times)."""
+    return (str(e.url), e.model, tuple(e.served_model_names), e.weight_version, e.dp_rank, tuple(sorted(e.labels.items())), e.ready)

@@ -1,0 +1,35 @@
+"""Builders for scored groups shaped like the ones env servers post."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+
+def make_group(size: int = 2, length: int = 8, env_id: int | None = 0, seed: int = 0, prompt_len: int = 2,
+               weight_version: int | None = None, logprobs: bool = True) -> dict[str, Any]:
+    rng = random.Random(seed)
+    tokens = [[rng.randrange(1, 50_000) for _ in range(length)] for _ in range(size)]
+    group: dict[str, Any] = {
+        "tokens": tokens,
+        "masks": [[-100] * prompt_len + row[prompt_len:] for row in tokens],
+        "scores": [rng.random() for _ in range(size)],
+        "env_id": env_id,
+    }
+    if logprobs:
+        group["inference_logprobs"] = [[0.0] * prompt_len + [-rng.random() for _ in range(length - prompt_len)] for _ in range(size)]
+    if weight_version is not None:
+        group["weight_version"] = weight_version
+    return group
+
+
+def trainer_registration(batch_size: int = 4, **overrides: Any) -> dict[str, Any]:
+    return {
+        "wandb_group": "g", "wandb_project": "p", "batch_size": batch_size, "max_token_len": 2048,
+        "checkpoint_dir": "/tmp/ckpt", "save_checkpoint_interval": 10, "starting_step": 0, "num_steps": 100,
+        **overrides,
+    }
+
+
+def env_registration(group_size: int = 2, name: str = "arith", **overrides: Any) -> dict[str, Any]:
+    return {"max_token_length": 2048, "desired_name": name, "weight": 1.0, "group_size": group_size, **overrides}

@@ -1,0 +1,69 @@
+import asyncio
+
+from rlstack.common.contracts.registry import EndpointRegistration
+from rlstack.registry.table import EndpointTable
+
+
+def reg(**kw) -> EndpointRegistration:
+    return EndpointRegistration(**{"url": "http://127.0.0.1:9000", "model": "tiny", **kw})
+
+
+def test_heartbeat_without_change_keeps_revision():
+    table = EndpointTable(default_ttl=10)
+    table.upsert("a", reg(), now=0)
+    rev = table.revision
+    table.upsert("a", reg(), now=5)
+    assert table.revision == rev
+    assert table.get("a").expires_at == 15
+
+
+def test_weight_version_change_bumps_revision_and_keeps_readiness():
+    table = EndpointTable(default_ttl=10)
+    table.upsert("a", reg(), now=0)
+    table.record_probe("a", True, None, now=1)
+    rev = table.revision
+    table.upsert("a", reg(weight_version=1), now=2)
+    assert table.revision == rev + 1
+    assert table.get("a").ready  # same url + model: still loaded
+
+
+def test_new_url_resets_readiness():
+    table = EndpointTable(default_ttl=10)
+    table.upsert("a", reg(), now=0)
+    table.record_probe("a", True, None, now=1)
+    table.upsert("a", reg(url="http://127.0.0.1:9001"), now=2)
+    assert not table.get("a").ready
+
+
+def test_expiry_uses_per_endpoint_ttl():
+    table = EndpointTable(default_ttl=10)
+    table.upsert("short", reg(ttl_seconds=2), now=0)
+    table.upsert("long", reg(), now=0)
+    assert table.expire(now=3) == ["short"]
+    assert [e.id for e in table.all()] == ["long"]
+    assert table.expired_total == 1
+
+
+def test_select_filters_by_model_alias_readiness_and_labels():
+    table = EndpointTable(default_ttl=10)
+    table.upsert("a", reg(served_model_names=["policy"], labels={"zone": "x"}), now=0)
+    table.upsert("b", reg(model="other"), now=0)
+    table.record_probe("a", True, None, now=1)
+    assert [e.id for e in table.select(model="policy")] == ["a"]
+    assert [e.id for e in table.select(ready=False)] == ["b"]
+    assert [e.id for e in table.select(labels={"zone": "x"})] == ["a"]
+    assert table.select(labels={"zone": "y"}) == []
+
+
+def test_watch_wakes_on_change_and_times_out_otherwise():
+    async def go():
+        table = EndpointTable(default_ttl=10)
+        waiter = asyncio.create_task(table.wait_for_change(table.revision, timeout=5))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        table.upsert("a", reg(), now=0)
+        await asyncio.wait_for(waiter, 1)
+        await table.wait_for_change(table.revision, timeout=0.05)  # nothing changes: returns after timeout
+        await table.wait_for_change(0, timeout=5)  # already newer: returns at once
+
+    asyncio.run(go())
