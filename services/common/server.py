@@ -9,6 +9,7 @@ then the lifespan's shutdown half runs (flushes, deregistration).
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -55,6 +56,16 @@ def create_app(
     return app
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after draining; for a pod that is the normal stop, so exit 0."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        captured = getattr(self, "_captured_signals", None)
+        if sig == signal.SIGTERM and captured and captured[-1] == sig:
+            captured.pop()
+
+
 def serve(app: Any, settings: ServiceSettings) -> None:
     """Run ``app`` under uvicorn until SIGTERM/SIGINT; uvicorn drains in-flight requests."""
     config = uvicorn.Config(
@@ -67,4 +78,4 @@ def serve(app: Any, settings: ServiceSettings) -> None:
         loop="auto",
         http="auto",
     )
-    uvicorn.Server(config).run()
+    _Server(config).run()

@@ -1,0 +1,111 @@
+"""The registry against a stand-in replica: readiness from /v1/models, watch, expiry, removal.
+
+``FakeReplicaModelsServer`` stands in for vLLM here because this suite checks the registry's
+own logic; the inference tests run the same flow against real vLLM replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+
+class FakeReplicaModelsServer:
+    """Fake (not vLLM): answers GET /v1/models with a configurable model list."""
+
+    def __init__(self) -> None:
+        self.models: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                if self.path != "/v1/models":
+                    self.send_error(404)
+                    return
+                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in owner.models]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def replica():
+    fake = FakeReplicaModelsServer()
+    yield fake
+    fake.close()
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_ready_only_once_model_is_listed_and_watch_sees_it(service_factory, replica):
+    registry = service_factory("registry", ["--probe-interval-seconds", "0.2"])
+    put = httpx.put(f"{registry.url}/v1/endpoints/replica-0", json={"url": replica.url, "model": "tiny", "dp_rank": 0})
+    assert put.status_code == 200 and put.json()["ready"] is False
+
+    time.sleep(0.5)  # server answers, but the model is not loaded yet
+    listed = httpx.get(f"{registry.url}/v1/endpoints").json()
+    assert listed["endpoints"][0]["ready"] is False
+    assert "not listed" in listed["endpoints"][0]["probe_error"]
+
+    revision = listed["revision"]
+    replica.models = ["tiny"]
+    watched = httpx.get(f"{registry.url}/v1/endpoints/watch", params={"revision": revision, "timeout": 10}, timeout=15).json()
+    assert watched["revision"] > revision
+    assert watched["endpoints"][0]["ready"] is True
+    assert httpx.get(f"{registry.url}/v1/endpoints", params={"ready": "true", "model": "tiny"}).json()["endpoints"]
+
+    replica.close()  # the replica dies without deregistering
+    wait_until(lambda: not httpx.get(f"{registry.url}/v1/endpoints/replica-0").json()["ready"])
+
+
+def test_missing_heartbeat_expires_and_delete_removes(service_factory, replica):
+    replica.models = ["tiny"]
+    registry = service_factory("registry", ["--probe-interval-seconds", "0.2"])
+    httpx.put(f"{registry.url}/v1/endpoints/a", json={"url": replica.url, "model": "tiny", "ttl_seconds": 1}).raise_for_status()
+    httpx.put(f"{registry.url}/v1/endpoints/b", json={"url": replica.url, "model": "tiny"}).raise_for_status()
+    wait_until(lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]] == ["b"])
+    assert httpx.delete(f"{registry.url}/v1/endpoints/b").status_code == 204
+    assert httpx.delete(f"{registry.url}/v1/endpoints/b").status_code == 404
+    assert 'rlstack_registry_expired_total 1.0' in httpx.get(f"{registry.url}/metrics").text
+
+
+def test_bad_registration_names_the_field(service_factory):
+    registry = service_factory("registry")
+    r = httpx.put(f"{registry.url}/v1/endpoints/x", json={"url": "not a url", "model": "tiny", "weight_version": -1})
+    assert r.status_code == 422
+    assert {tuple(e["loc"]) for e in r.json()["detail"]} == {("body", "url"), ("body", "weight_version")}
+
+
+def test_auth_token_guards_writes(service_factory, replica):
+    registry = service_factory("registry", env={"RLSTACK_REGISTRY_AUTH_TOKEN": "tok"})
+    body = {"url": replica.url, "model": "tiny"}
+    assert httpx.put(f"{registry.url}/v1/endpoints/x", json=body).status_code == 401
+    ok = httpx.put(f"{registry.url}/v1/endpoints/x", json=body, headers={"Authorization": "Bearer tok"})
+    assert ok.status_code == 200
+    assert httpx.get(f"{registry.url}/v1/endpoints").status_code == 200
