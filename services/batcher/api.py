@@ -30,11 +30,11 @@ EMPTY_EXAMPLE = {
 }
 
 
-def service(request: Request) -> BatcherService:
+async def service(request: Request) -> BatcherService:
     return request.app.state.batcher
 
 
-def writer(request: Request) -> None:
+async def writer(request: Request) -> None:
     require_bearer(request, request.app.state.batcher.settings.auth_token)
 
 
@@ -43,7 +43,7 @@ def _json(body: bytes) -> Response:
 
 
 router = APIRouter()
-guarded = APIRouter(dependencies=[Depends(writer)])
+WRITE = [Depends(writer)]
 
 
 @router.get("/")
@@ -51,17 +51,17 @@ async def root() -> dict[str, str]:
     return {"message": "rlstack batcher (Atropos-compatible API)"}
 
 
-@guarded.post("/register", response_model=RegisterResponse)
+@router.post("/register", dependencies=WRITE, response_model=RegisterResponse)
 async def register(body: TrainerRegistration, svc: BatcherService = Depends(service)):
     return await svc.register_trainer(body)
 
 
-@guarded.post("/register-env", response_model=RegisterEnvResponse, response_model_exclude_none=True)
+@router.post("/register-env", dependencies=WRITE, response_model=RegisterEnvResponse, response_model_exclude_none=True)
 async def register_env(body: EnvRegistration, svc: BatcherService = Depends(service)):
     return await svc.register_env(body)
 
 
-@guarded.post("/disconnect-env")
+@router.post("/disconnect-env", dependencies=WRITE)
 async def disconnect_env(body: EnvIdentifier, svc: BatcherService = Depends(service)):
     await svc.disconnect_env(body.env_id)
     return {"status": "success"}
@@ -79,9 +79,10 @@ async def info(svc: BatcherService = Depends(service)):
     return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1}
 
 
+# The three hot routes skip dependency injection: they run once per group or batch.
 @router.get("/batch")
-async def batch(svc: BatcherService = Depends(service)) -> Response:
-    return _json(await svc.next_batch())
+async def batch(request: Request) -> Response:
+    return _json(await request.app.state.batcher.next_batch())
 
 
 @router.get("/latest_example")
@@ -90,16 +91,20 @@ async def latest_example(svc: BatcherService = Depends(service)) -> Response:
     return _json(latest.json() if latest else orjson.dumps(EMPTY_EXAMPLE))
 
 
-@guarded.post("/scored_data")
-async def scored_data(request: Request, svc: BatcherService = Depends(service)):
+@router.post("/scored_data")
+async def scored_data(request: Request) -> Response:
+    svc: BatcherService = request.app.state.batcher
+    require_bearer(request, svc.settings.auth_token)
     await svc.post_groups(await request.body(), as_list=False)
-    return {"status": "received"}
+    return _json(b'{"status":"received"}')
 
 
-@guarded.post("/scored_data_list")
-async def scored_data_list(request: Request, svc: BatcherService = Depends(service)):
+@router.post("/scored_data_list")
+async def scored_data_list(request: Request) -> Response:
+    svc: BatcherService = request.app.state.batcher
+    require_bearer(request, svc.settings.auth_token)
     count = await svc.post_groups(await request.body(), as_list=True)
-    return {"status": "received", "groups_processed": count}
+    return _json(b'{"status":"received","groups_processed":%d}' % count)
 
 
 @router.get("/status", response_model=Status)
@@ -119,13 +124,11 @@ async def status_env(request: Request, env_id: int | None = None, svc: BatcherSe
     return svc.state.env_status(env_id)
 
 
-@guarded.get("/reset_data")
+@router.get("/reset_data", dependencies=WRITE)
 async def reset_data(svc: BatcherService = Depends(service)) -> PlainTextResponse:
     await svc.reset()
     return PlainTextResponse("Reset successful")
 
-
-router.include_router(guarded)
 
 
 async def rejected_handler(request: Request, exc: Exception) -> JSONResponse:

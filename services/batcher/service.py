@@ -54,7 +54,8 @@ class BatcherService:
                 self.state.apply(event_adapter.validate_json(payload))
             elif kind == RecordKind.GROUPS:
                 first_id, raw = decode_groups(payload)
-                self.state.add_groups(first_id, _parse_groups(raw))
+                groups, single = _parse_groups(raw)
+                self.state.add_groups(first_id, groups, single)
         log.info(
             "replayed %d records: step %d, %d groups queued, %d envs",
             count, self.state.step, len(self.state.queue), len(self.state.envs),
@@ -122,6 +123,7 @@ class BatcherService:
 
     async def post_groups(self, raw: bytes, as_list: bool) -> int:
         """Validate, reserve queue room, log durably; returns the number of groups accepted."""
+        raw = raw.strip()
         groups = self._validate(raw, as_list)
         sequences = sum(len(g.tokens) for g in groups)
         bound = self.settings.max_queue_sequences
@@ -137,7 +139,7 @@ class BatcherService:
 
         def apply() -> None:
             state.inflight_sequences -= sequences
-            state.add_groups(first_id, groups)
+            state.add_groups(first_id, groups, None if as_list else raw)
 
         try:
             kind, payload = encode_groups(first_id, raw)
@@ -209,7 +211,7 @@ class BatcherService:
         await self.wal.append(*encode_event(event), on_durable=lambda: self.state.apply(event))
 
 
-def _parse_groups(raw: bytes) -> list[ScoredData]:
-    if raw.lstrip()[:1] == b"[":
-        return _group_list.validate_json(raw)
-    return [ScoredData.model_validate_json(raw)]
+def _parse_groups(raw: bytes) -> tuple[list[ScoredData], bytes | None]:
+    if raw[:1] == b"[":
+        return _group_list.validate_json(raw), None
+    return [ScoredData.model_validate_json(raw)], raw

@@ -26,12 +26,15 @@ from rlstack.batcher.records import (
 )
 
 MIN_ENV_WEIGHT = 0.01  # as Atropos: a low-weight env is throttled, never starved
+ALL_FIELDS = tuple(ScoredData.model_fields)
 
 
 @dataclass
 class QueuedGroup:
     group_id: int
     data: ScoredData
+    raw: bytes | None = None
+    """The client's own JSON object for this group, when it arrived alone."""
     _json: bytes | None = None
 
     @property
@@ -39,9 +42,17 @@ class QueuedGroup:
         return len(self.data.tokens)
 
     def json(self) -> bytes:
-        """Serialised once, when first handed out (keeps the post path cheap)."""
+        """The group as handed to trainers: every Atropos key present, nulls for unsent ones.
+
+        A group that arrived alone is the client's validated bytes with the missing keys
+        spliced in front (microseconds); one from a list is serialised from the model.
+        """
         if self._json is None:
-            self._json = self.data.model_dump_json().encode()
+            if self.raw is not None:
+                missing = b"".join(b'"%s":null,' % f.encode() for f in ALL_FIELDS if f not in self.data.model_fields_set)
+                self._json = b"{" + missing + self.raw[1:]
+            else:
+                self._json = self.data.model_dump_json().encode()
         return self._json
 
 
@@ -79,6 +90,7 @@ class BatcherState:
         self.step = 0  # batches handed out (including ones whose record is in flight)
         self.next_group_id = 0
         self.next_env_id = 0
+        self.largest_group = 0
         self.latest: QueuedGroup | None = None
 
     # ----- applying log records (live and replay) -----
@@ -109,11 +121,13 @@ class BatcherState:
             case DataReset():
                 self._reset()
 
-    def add_groups(self, first_id: int, groups: list[ScoredData]) -> None:
+    def add_groups(self, first_id: int, groups: list[ScoredData], raw_single: bytes | None = None) -> None:
+        """Queue accepted groups; ``raw_single`` is the request body when it held one group."""
         for offset, data in enumerate(groups):
-            group = QueuedGroup(first_id + offset, data)
+            group = QueuedGroup(first_id + offset, data, raw_single if len(groups) == 1 else None)
             self.queue[group.group_id] = group
             self.queued_sequences += group.size
+            self.largest_group = max(self.largest_group, group.size)
             self.counters.groups_accepted += 1
             self.counters.sequences_accepted += group.size
             self.latest = group
@@ -149,8 +163,8 @@ class BatcherState:
 
     def unbatchable_ids(self) -> list[int]:
         batch_size = self.trainer.batch_size if self.trainer else None
-        if batch_size is None:
-            return []
+        if batch_size is None or self.largest_group <= batch_size:
+            return []  # the usual case: posts are checked against batch_size on arrival
         return [gid for gid, g in self.queue.items() if gid not in self.reserved and g.size > batch_size]
 
     def reserve_batch(self) -> tuple[int, list[QueuedGroup]] | None:

@@ -59,7 +59,7 @@ def check_shapes(group: ScoredData, loc: Loc = ()) -> list[dict[str, Any]]:
             continue
         if len(masks) != len(tokens):
             problems.append(error((*loc, "masks", i), f"has {len(masks)} positions, tokens has {len(tokens)}"))
-        elif all(m == MASKED for m in masks):
+        elif masks.count(MASKED) == len(masks):
             problems.append(error((*loc, "masks", i), "no trained position (every mask is -100)"))
         for name in ("advantages", "ref_logprobs", "inference_logprobs", "distill_token_ids", "distill_logprobs"):
             rows = getattr(group, name)

@@ -10,7 +10,6 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -56,16 +55,9 @@ class RequestLatencyMiddleware:
 
 
 def _route_template(scope: Scope) -> str:
-    """The matched route's path template (``/v1/endpoints/{endpoint_id}``), or ``other``."""
+    """The matched route's path template (``/v1/endpoints/{endpoint_id}``); unmatched paths share one label."""
     route = scope.get("route")
-    if route is not None and hasattr(route, "path"):
-        return route.path
-    app = scope.get("app")
-    for candidate in getattr(getattr(app, "router", None), "routes", ()):
-        match, _ = candidate.matches(scope)
-        if match is Match.FULL:
-            return getattr(candidate, "path", "other")
-    return "other"
+    return getattr(route, "path", "unmatched")
 
 
 __all__ = ["CollectorRegistry", "Request", "RequestLatencyMiddleware", "metrics_response"]

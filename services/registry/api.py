@@ -14,11 +14,11 @@ from rlstack.registry.service import RegistryService
 EndpointId = Annotated[str, Path(pattern=ENDPOINT_ID_PATTERN, description="Stable replica id, e.g. the pod name")]
 
 
-def service(request: Request) -> RegistryService:
+async def service(request: Request) -> RegistryService:
     return request.app.state.registry
 
 
-def writer(request: Request) -> None:
+async def writer(request: Request) -> None:
     require_bearer(request, request.app.state.registry.settings.auth_token)
 
 

@@ -66,9 +66,18 @@ def test_groups_come_back_in_order_as_whole_batches(client):
     assert client.get("/status").json() == {"current_step": 2, "queue_size": 1}
 
 
-def test_batch_items_carry_every_atropos_key(client):
-    client.post("/scored_data_list", json=[make_group(seed=1), make_group(seed=2)])
-    item = client.get("/batch").json()["batch"][0]
+@pytest.mark.parametrize("as_list", [True, False])
+def test_batch_items_carry_every_atropos_key(client, as_list):
+    groups = [make_group(seed=1), {**make_group(seed=2), "advantages": [[1.0], [-1.0]]}]
+    if as_list:
+        client.post("/scored_data_list", json=groups)
+    else:
+        for g in groups:
+            client.post("/scored_data", json=g)
+    first, second = client.get("/batch").json()["batch"]
+    assert first["tokens"] == groups[0]["tokens"] and first["inference_logprobs"] == groups[0]["inference_logprobs"]
+    assert first["advantages"] is None and second["advantages"] == [[1.0], [-1.0]]
+    item = first
     for key in ("tokens", "masks", "scores", "advantages", "ref_logprobs", "messages", "generation_params",
                 "inference_logprobs", "overrides", "group_overrides", "images", "env_id",
                 "distill_token_ids", "distill_logprobs"):
