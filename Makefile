@@ -31,13 +31,14 @@ $(ATROPOS_VENV)/.installed: bench/requirements-atropos.txt
 	@touch $@
 
 test: setup setup-atropos
+	$(VENV)/bin/ruff check services tests bench
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 run: setup
-	$(VENV)/bin/rlstack up
+	$(VENV)/bin/rlstack up examples/local-foundation.yaml --check
 
 bench: setup setup-atropos
 	$(VENV)/bin/python bench/batcher.py

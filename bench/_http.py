@@ -21,7 +21,7 @@ class RawHttpClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
-    async def __aenter__(self) -> "RawHttpClient":
+    async def __aenter__(self) -> RawHttpClient:
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
         return self
 

@@ -12,7 +12,6 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
 from rlstack.batcher.packing import select_batch
 from rlstack.batcher.records import (
     BatchServed,
@@ -24,6 +23,7 @@ from rlstack.batcher.records import (
     Snapshot,
     TrainerRegistered,
 )
+from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
 
 MIN_ENV_WEIGHT = 0.01  # as Atropos: a low-weight env is throttled, never starved
 ALL_FIELDS = tuple(ScoredData.model_fields)

@@ -17,9 +17,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry
-
-from prometheus_client import disable_created_metrics
+from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
 from rlstack.common.settings import ServiceSettings

@@ -7,7 +7,8 @@ so a container's env and a developer's flags compose the way DESIGN.md promises.
 from __future__ import annotations
 
 import sys
-from typing import Literal, Self, Sequence
+from collections.abc import Sequence
+from typing import Literal, Self
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict

@@ -8,7 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
 from rlstack.common.auth import require_bearer
-from rlstack.common.contracts.registry import ENDPOINT_ID_PATTERN, Endpoint, EndpointList, EndpointRegistration
+from rlstack.common.contracts.registry import (
+    ENDPOINT_ID_PATTERN,
+    Endpoint,
+    EndpointList,
+    EndpointRegistration,
+)
 from rlstack.registry.service import RegistryService
 
 EndpointId = Annotated[str, Path(pattern=ENDPOINT_ID_PATTERN, description="Stable replica id, e.g. the pod name")]

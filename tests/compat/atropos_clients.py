@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig
 from example_trainer.api import get_batch, register_trainer
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
 
 class ProbeEnv(BaseEnv):

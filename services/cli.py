@@ -1,0 +1,81 @@
+"""The ``rlstack`` command: ``rlstack up CONFIG`` runs a stack of services locally.
+
+Subcommands import their heavy parts lazily so ``rlstack --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rlstack.common.logs import configure_logging
+
+log = logging.getLogger("rlstack")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def make_run_dir(runs_dir: Path, name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir = runs_dir / f"{name}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    latest = runs_dir / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(run_dir.name)
+    return run_dir
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from rlstack.launcher.config import RunConfig
+    from rlstack.launcher.health import print_health, smoke_check
+    from rlstack.launcher.supervisor import ServiceFailed, Supervisor
+
+    config = RunConfig.load(args.config)
+    run_dir = make_run_dir(config.runs_dir, config.name)
+    supervisor = Supervisor(config, run_dir)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    code = 0
+    try:
+        supervisor.start_all()
+        print_health(supervisor)
+        if args.check:
+            smoke_check(supervisor)
+        else:
+            log.info("stack up; logs under %s; Ctrl-C to stop", run_dir / "logs")
+            while True:
+                supervisor.check_alive()
+                time.sleep(1)
+    except ServiceFailed as exc:
+        log.error("%s", exc)
+        code = 1
+    except KeyboardInterrupt:
+        log.info("stopping")
+    finally:
+        codes = supervisor.stop_all()
+        log.info("stopped: %s", ", ".join(f"{n}={c}" for n, c in codes.items()))
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rlstack", description="RL post-training stack: local orchestration and tools")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the services of a run config as local processes")
+    up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
+    up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
+    up.set_defaults(func=cmd_up)
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Run configs (YAML under examples/): which services to start, with what flags, in what order.
+
+Arguments and env values may name other services' addresses as ``{batcher.url}`` or
+``{registry.port}``; ports left unset are picked free on loopback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
+
+
+class ServiceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=SERVICE_NAME)
+    """Unique name; also the log file's name and the placeholder prefix."""
+    module: str = Field(pattern=r"^rlstack\.[a-z_.]+$")
+    """Started as ``python -m <module>``."""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Fixed port; a free one when unset. Passed as --port."""
+    ready_path: str = "/readyz"
+    """Polled until it answers 200 before the next service starts."""
+    ready_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=SERVICE_NAME)
+    """Run name; the run directory is runs/<name>-<timestamp>."""
+    runs_dir: Path = Path("runs")
+    services: list[ServiceSpec] = Field(min_length=1)
+    """Started in this order, each gated on the previous one's readiness."""
+
+    @field_validator("services")
+    @classmethod
+    def _unique_names(cls, services: list[ServiceSpec]) -> list[ServiceSpec]:
+        names = [s.name for s in services]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"service names must be unique, repeated: {duplicates}")
+        return services
+
+    @classmethod
+    def load(cls, path: Path) -> RunConfig:
+        return cls.model_validate(yaml.safe_load(path.read_text()))
