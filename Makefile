@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0'
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev,model]'
 	@touch $@
 
 # atroposlib 0.4.0 in its own environment: the compatibility tests and bench/batcher.py run

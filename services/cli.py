@@ -64,6 +64,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+
+    if (args.out / "config.json").exists() and not args.force:
+        log.info("%s already holds a model (use --force to rebuild)", args.out)
+        return 0
+    spec = TinyModelSpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)
+    build_tiny_model(args.out, spec)
+    log.info("tiny model written to %s", args.out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rlstack", description="RL post-training stack: local orchestration and tools")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -72,6 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
     up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
     up.set_defaults(func=cmd_up)
+    tiny = sub.add_parser("make-tiny-model", help="build the demo tokenizer + tiny Qwen2 model (no download)")
+    tiny.add_argument("--out", type=Path, default=Path("models/tiny"))
+    tiny.add_argument("--max-position-embeddings", type=int, default=32768)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
+    tiny.set_defaults(func=cmd_make_tiny_model)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     sys.exit(args.func(args))

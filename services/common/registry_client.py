@@ -1,0 +1,42 @@
+"""Client for the registry's API, used by replicas (register/heartbeat), the proxy and the trainer (watch)."""
+
+from __future__ import annotations
+
+import httpx
+
+from rlstack.common.contracts.registry import EndpointList, EndpointRegistration
+from rlstack.common.http import request_with_retries
+
+
+class RegistryClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 10.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(timeout, connect=3.0))
+
+    async def put(self, endpoint_id: str, registration: EndpointRegistration) -> None:
+        body = registration.model_dump(mode="json", exclude_none=True)
+        response = await request_with_retries(self._client, "PUT", f"/v1/endpoints/{endpoint_id}", json=body, attempts=2)
+        response.raise_for_status()
+
+    async def delete(self, endpoint_id: str) -> bool:
+        response = await request_with_retries(self._client, "DELETE", f"/v1/endpoints/{endpoint_id}", attempts=2)
+        if response.status_code == 404:
+            return False
+        response.raise_for_status()
+        return True
+
+    async def list(self, model: str | None = None, ready: bool | None = None) -> EndpointList:
+        params = {k: v for k, v in (("model", model), ("ready", None if ready is None else str(ready).lower())) if v is not None}
+        response = await request_with_retries(self._client, "GET", "/v1/endpoints", params=params)
+        response.raise_for_status()
+        return EndpointList.model_validate_json(response.content)
+
+    async def watch(self, revision: int, timeout: float = 30.0) -> EndpointList:
+        response = await self._client.get(
+            "/v1/endpoints/watch", params={"revision": revision, "timeout": timeout}, timeout=timeout + 10
+        )
+        response.raise_for_status()
+        return EndpointList.model_validate_json(response.content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

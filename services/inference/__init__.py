@@ -1,0 +1,1 @@
+"""Inference replicas: launch vLLM with the RL flags, register in the registry, heartbeat, deregister."""

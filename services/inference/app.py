@@ -1,0 +1,111 @@
+"""The replica's sidecar app: launches vLLM, registers once the model is loaded, heartbeats,
+and on shutdown deregisters *before* stopping vLLM so no proxy routes to a dying server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Gauge
+
+from rlstack.common.contracts.registry import EndpointRegistration
+from rlstack.common.registry_client import RegistryClient
+from rlstack.common.server import create_app
+from rlstack.inference.command import vllm_command
+from rlstack.inference.config import InferenceSettings
+from rlstack.inference.replica import VllmProcess
+
+log = logging.getLogger(__name__)
+
+
+class Replica:
+    def __init__(self, settings: InferenceSettings) -> None:
+        self.settings = settings
+        argv, env = vllm_command(settings)
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self.vllm = VllmProcess(argv, env, str(settings.advertise_url), settings.served_model_name, api_key)
+        self.weight_version = settings.weight_version
+        self.registered = False
+        token = settings.registry_token.get_secret_value() if settings.registry_token else None
+        self.registry = RegistryClient(str(settings.registry_url), token) if settings.registry_url else None
+        self.failed: str | None = None
+
+    def registration(self) -> EndpointRegistration:
+        s = self.settings
+        return EndpointRegistration(
+            url=s.advertise_url, model=s.served_model_name, weight_version=self.weight_version, dp_rank=s.dp_rank,
+            labels={"device": s.device}, ttl_seconds=3 * s.heartbeat_seconds,
+        )
+
+    async def run(self) -> None:
+        """Start vLLM, wait for the model, then register and heartbeat until cancelled."""
+        self.vllm.start()
+        try:
+            await self.vllm.wait_loaded(self.settings.startup_timeout_seconds)
+        except (RuntimeError, TimeoutError) as exc:
+            self.failed = str(exc)
+            log.error("replica failed to start: %s", exc)
+            raise
+        while True:
+            if self.vllm.exited is not None:
+                self.failed = f"vLLM exited with {self.vllm.exited}"
+                log.error("%s; deregistering", self.failed)
+                await self.deregister()
+                return
+            if self.registry is not None:
+                try:
+                    await self.registry.put(self.settings.replica_id, self.registration())
+                    if not self.registered:
+                        log.info("registered %s as %s", self.settings.advertise_url, self.settings.replica_id)
+                    self.registered = True
+                except Exception as exc:  # the registry may restart; keep serving, retry next beat
+                    log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    async def deregister(self) -> None:
+        if self.registry is not None and self.registered:
+            try:
+                await self.registry.delete(self.settings.replica_id)
+                log.info("deregistered %s", self.settings.replica_id)
+            except Exception as exc:
+                log.warning("deregistration failed (the TTL will expire it): %s", exc)
+            self.registered = False
+
+
+def build_app(settings: InferenceSettings) -> FastAPI:
+    registry = CollectorRegistry()
+    replica = Replica(settings)
+    Gauge("rlstack_inference_model_loaded", "1 once vLLM lists the model", registry=registry).set_function(lambda: float(replica.vllm.loaded))
+    Gauge("rlstack_inference_registered", "1 while registered in the registry", registry=registry).set_function(lambda: float(replica.registered))
+    Gauge("rlstack_inference_weight_version", "Policy version loaded", registry=registry).set_function(lambda: replica.weight_version)
+    Gauge("rlstack_inference_load_seconds", "Seconds from vLLM start to model listed", registry=registry).set_function(
+        lambda: replica.vllm.load_seconds or 0.0
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(replica.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            await replica.deregister()
+            code = await asyncio.to_thread(replica.vllm.stop)
+            log.info("vLLM stopped (exit %s)", code)
+            if replica.registry is not None:
+                await replica.registry.aclose()
+
+    def ready() -> tuple[bool, dict]:
+        detail = {"model_loaded": replica.vllm.loaded, "registered": replica.registered, "vllm_url": str(settings.advertise_url)}
+        if replica.failed:
+            detail["error"] = replica.failed
+        return replica.vllm.loaded and replica.vllm.exited is None, detail
+
+    app = create_app(service="inference", registry=registry, ready=ready, lifespan=lifespan)
+    app.state.replica = replica
+    return app

