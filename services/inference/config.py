@@ -66,7 +66,7 @@ class InferenceSettings(ServiceSettings):
     """Policy version of the checkpoint at start."""
 
     @model_validator(mode="after")
-    def _default_advertise_url(self) -> "InferenceSettings":
+    def _default_advertise_url(self) -> InferenceSettings:
         if self.advertise_url is None:
             host = "127.0.0.1" if self.vllm_host in ("0.0.0.0", "::") else self.vllm_host
             self.advertise_url = HttpUrl(f"http://{host}:{self.vllm_port}")
