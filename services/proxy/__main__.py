@@ -1,0 +1,38 @@
+"""``python -m rlstack.proxy``: the LiteLLM proxy with rlstack's layers, fully offline."""
+
+import os
+import secrets
+
+from rlstack.common.logs import configure_logging
+from rlstack.proxy.config import ProxySettings
+
+OFFLINE_ENV = {
+    # LiteLLM fetches a model cost map and telemetry from the internet by default.
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_OFFLINE_MODE": "true",
+    "LITELLM_TELEMETRY": "False",
+    "LITELLM_LOG": "ERROR",
+    "DISABLE_SCHEMA_UPDATE": "true",
+}
+
+
+def main() -> None:
+    settings = ProxySettings.from_cli()
+    if settings.dry_run:
+        print(settings.dump_json())
+        return
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    # Model calls are authorised by our trial-key hook; the master key only guards LiteLLM's
+    # admin routes, so an unset one becomes a random, unknowable one rather than none at all.
+    master = settings.master_key.get_secret_value() if settings.master_key else f"sk-{secrets.token_hex(24)}"
+    os.environ["LITELLM_MASTER_KEY"] = master
+    configure_logging(settings.log_level, settings.log_format)
+    from rlstack.common.server import serve
+    from rlstack.proxy.app import ProxyApp
+
+    serve(ProxyApp(settings), settings)
+
+
+if __name__ == "__main__":
+    main()

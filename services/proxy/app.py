@@ -1,0 +1,149 @@
+"""Wires the proxy: the real LiteLLM proxy app, our front layer, hooks, discovery and ops routes.
+
+LiteLLM's proxy keeps its router and custom-auth hook as module globals of
+``litellm.proxy.proxy_server``; this is the one place that sets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
+from rlstack.common.registry_client import RegistryClient
+from rlstack.proxy.auth import TrialAuth
+from rlstack.proxy.config import ProxySettings
+from rlstack.proxy.discovery import Discovery, ReplicaView
+from rlstack.proxy.front import FrontMiddleware
+from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
+from rlstack.proxy.metrics import ProxyMetrics
+from rlstack.proxy.trial_keys import mint
+from rlstack.proxy.writer import TrajectoryWriter
+
+log = logging.getLogger(__name__)
+OPS_PATHS = {"/healthz", "/readyz", "/metrics", "/health/readiness", "/health/ping"}
+HEALTH_TRIAL = "ping"
+
+
+class ProxyApp:
+    def __init__(self, settings: ProxySettings) -> None:
+        import litellm
+        from litellm.proxy import proxy_server
+
+        self.settings = settings
+        self.litellm, self.proxy_server = litellm, proxy_server
+        self.registry = CollectorRegistry()
+        self.metrics = ProxyMetrics(self.registry)
+        self.view = ReplicaView(settings.served_model_name, settings.default_max_context)
+        api_key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
+        self.registry_client = RegistryClient(str(settings.registry_url))
+        self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
+                                   settings.watch_timeout_seconds)
+        self.writer = TrajectoryWriter(settings.trials_dir)
+        self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics)
+        secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
+        self.auth = TrialAuth(secret)
+        self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
+                                     settings.min_completion_tokens, api_key)
+        self.warm = False
+        self.ops = Starlette(routes=[
+            Route("/healthz", self.healthz), Route("/readyz", self.readyz), Route("/health/readiness", self.readyz),
+            Route("/metrics", self.metrics_route), Route("/health/ping", self.ping),
+        ], lifespan=self.lifespan)
+        self.metrics.replicas_ready.set_function(lambda: float(len(self.view.endpoints)))
+        self.asgi = RequestLatencyMiddleware(self._dispatch, registry=self.registry, service="proxy")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.asgi(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" or scope.get("path") in OPS_PATHS:
+            await self.ops(scope, receive, send)
+        else:
+            await self.front(scope, receive, send)
+
+    def _apply(self, deployments: list[dict], fallbacks: list[dict]) -> None:
+        router = self.proxy_server.llm_router
+        if router is None:
+            router = self.litellm.Router(
+                model_list=deployments, routing_strategy="least-busy", fallbacks=fallbacks,
+                num_retries=self.settings.num_retries, allowed_fails=0, cooldown_time=5,
+                timeout=self.settings.request_timeout_seconds, retry_after=0,
+            )
+            self.proxy_server.llm_router = router
+        else:
+            router.set_model_list(deployments)
+            router.fallbacks = fallbacks
+        self.proxy_server.llm_model_list = deployments
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        async with self.proxy_server.app.router.lifespan_context(self.proxy_server.app):
+            self.proxy_server.user_custom_auth = self.auth
+            self.litellm.callbacks.append(self.hooks)
+            self.writer.start()
+            tasks = [asyncio.create_task(self.discovery.run()), asyncio.create_task(self._warm_up())]
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.to_thread(self.writer.close)
+                await self.registry_client.aclose()
+                log.info("proxy stopped; %d trajectory lines written", self.writer.written)
+
+    async def _warm_up(self) -> None:
+        """The first calls through LiteLLM pay for lazy imports and client set-up: pay them here."""
+        while not self.view.endpoints:
+            await asyncio.sleep(0.2)
+        for _ in range(3):
+            ok, detail = await self._ping()
+            if ok:
+                break
+            log.warning("warm-up ping failed: %s", detail)
+            await asyncio.sleep(1)
+        self.warm = True
+        log.info("proxy warm: %d replica(s)", len(self.view.endpoints))
+
+    async def _ping(self) -> tuple[bool, dict[str, Any]]:
+        secret = self.auth.secret
+        key = mint(secret, HEALTH_RUN, HEALTH_TRIAL, ttl_seconds=60) if secret else "none"
+        body = {"model": self.settings.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        transport = httpx.ASGITransport(app=self.front)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy", timeout=60) as client:
+            try:
+                r = await client.post(f"/trials/{HEALTH_RUN}/{HEALTH_TRIAL}/v1/chat/completions", json=body,
+                                      headers={"Authorization": f"Bearer {key}"})
+            except Exception as exc:  # noqa: BLE001 - report any failure as the ping's result
+                return False, {"error": str(exc)}
+        detail = {"status": r.status_code, "model": self.settings.served_model_name}
+        if r.status_code != 200:
+            detail["error"] = r.text[:300]
+        return r.status_code == 200, detail
+
+    async def healthz(self, request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "service": "proxy"})
+
+    async def readyz(self, request: Request) -> JSONResponse:
+        ready = bool(self.view.endpoints) and self.warm
+        body = {"ready": ready, "replicas": sorted(self.view.endpoints), "warm": self.warm}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def ping(self, request: Request) -> JSONResponse:
+        ok, detail = await self._ping()
+        return JSONResponse({"ok": ok, **detail}, status_code=200 if ok else 503)
+
+    async def metrics_route(self, request: Request):  # noqa: ANN201
+        return metrics_response(self.registry)

@@ -1,0 +1,39 @@
+"""Proxy settings (env prefix ``RLSTACK_PROXY_``, or the same fields as flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, HttpUrl, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from rlstack.common.settings import ServiceSettings
+
+
+class ProxySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_PROXY_", cli_prog_name="rlstack.proxy")
+
+    port: int = Field(default=4000, ge=0, le=65535)
+    """LiteLLM's usual port."""
+    registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
+    """Where replicas are discovered."""
+    served_model_name: str = "policy"
+    """The replicas' served name; claude-*, hosted_vllm/<name> and <name> all map onto it."""
+    replica_api_key: SecretStr | None = None
+    """Key the replicas require (vLLM --api-key)."""
+    trial_key_secret: SecretStr | None = None
+    """HMAC secret for trial keys; unset = open mode (identity from the path prefix or 'default')."""
+    trials_dir: Path = Path("data/trials")
+    """Trajectory files go to <trials-dir>/<run>/<trial>/litellm-trajectory.jsonl."""
+    master_key: SecretStr | None = None
+    """LiteLLM's admin key (its management routes); a random one per process when unset."""
+    watch_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    """Long-poll length of the registry watch."""
+    num_retries: int = Field(default=2, ge=0, le=10)
+    """Retries of a failed upstream call (on another replica once the failed one cools down)."""
+    request_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Upper bound on one upstream call."""
+    default_max_context: int = Field(default=32768, ge=16)
+    """Context length assumed when a replica does not report max_model_len."""
+    min_completion_tokens: int = Field(default=16, ge=1)
+    """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

@@ -1,0 +1,117 @@
+"""Keeps LiteLLM's router in step with the registry: ready replicas in, dead ones out.
+
+Each ready replica is one deployment of the served model (spread by LiteLLM's least-busy
+strategy) and also a pinned group ``<served>@<replica id>`` for trial-sticky routing, whose
+fallback is the shared group: a pinned replica that dies sends its trial elsewhere at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+
+import httpx
+
+from rlstack.common.contracts.registry import Endpoint
+from rlstack.common.registry_client import RegistryClient
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaView:
+    """The ready replicas as last seen, for routing decisions and the front layer."""
+
+    def __init__(self, served_model: str, default_context: int) -> None:
+        self.served_model = served_model
+        self.default_context = default_context
+        self.endpoints: dict[str, Endpoint] = {}
+        self.max_model_len: dict[str, int] = {}
+        self.revision = -1
+
+    def urls(self) -> list[str]:
+        return [str(e.url).rstrip("/") for e in self.endpoints.values()]
+
+    def context(self) -> int:
+        lengths = [self.max_model_len.get(i, self.default_context) for i in self.endpoints]
+        return min(lengths) if lengths else self.default_context
+
+    def by_url(self, api_base: str | None) -> Endpoint | None:
+        """The replica whose URL prefixes ``api_base`` (LiteLLM may report the full route)."""
+        target = api_base or ""
+        for e in self.endpoints.values():
+            if target.startswith(str(e.url).rstrip("/")):
+                return e
+        return None
+
+    def sticky_replica(self, key: str) -> str | None:
+        """Rendezvous hashing: a trial keeps its replica while it lives; losing one moves only its trials."""
+        if not self.endpoints:
+            return None
+        return max(self.endpoints, key=lambda rid: hashlib.blake2b(f"{key}|{rid}".encode(), digest_size=8).digest())
+
+    def pinned_group(self, replica_id: str) -> str:
+        return f"{self.served_model}@{replica_id}"
+
+
+def model_list(view: ReplicaView, api_key: str | None, timeout: float) -> tuple[list[dict], list[dict]]:
+    deployments, fallbacks = [], []
+    for rid, e in view.endpoints.items():
+        params = {"model": f"hosted_vllm/{view.served_model}", "api_base": str(e.url).rstrip("/") + "/v1",
+                  "api_key": api_key or "none", "timeout": timeout}
+        deployments.append({"model_name": view.served_model, "litellm_params": params, "model_info": {"id": rid}})
+        deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})
+        fallbacks.append({view.pinned_group(rid): [view.served_model]})
+    return deployments, fallbacks
+
+
+class Discovery:
+    def __init__(self, registry: RegistryClient, view: ReplicaView, apply: Callable[[list[dict], list[dict]], None],
+                 api_key: str | None, timeout: float, watch_timeout: float) -> None:
+        self.registry, self.view, self.apply = registry, view, apply
+        self.api_key, self.timeout, self.watch_timeout = api_key, timeout, watch_timeout
+        self.client = httpx.AsyncClient(timeout=5.0)
+        self.updates = 0
+
+    async def refresh(self, endpoints: list[Endpoint], revision: int) -> None:
+        ready = {e.id: e for e in endpoints if e.ready and (e.model == self.view.served_model or self.view.served_model in e.served_model_names)}
+        if set(ready) != set(self.view.endpoints) or any(str(ready[i].url) != str(self.view.endpoints[i].url) for i in ready):
+            for rid, e in ready.items():
+                if rid not in self.view.max_model_len:
+                    self.view.max_model_len[rid] = await self._max_model_len(e)
+            log.info("replicas ready: %s", sorted(ready) or "none")
+            self.view.endpoints = ready
+            deployments, fallbacks = model_list(self.view, self.api_key, self.timeout)
+            self.apply(deployments, fallbacks)
+            self.updates += 1
+        else:
+            self.view.endpoints = ready  # same replicas; weight versions may have moved
+        self.view.revision = revision
+
+    async def _max_model_len(self, e: Endpoint) -> int:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            data = (await self.client.get(str(e.url).rstrip("/") + "/v1/models", headers=headers)).json()["data"]
+            return int(next(m for m in data if m["id"] == e.model).get("max_model_len") or self.view.default_context)
+        except (httpx.HTTPError, ValueError, KeyError, StopIteration):
+            return self.view.default_context
+
+    async def run(self) -> None:
+        revision = 0
+        while True:
+            try:
+                listed = await self.registry.watch(revision, self.watch_timeout)
+                await self.refresh(listed.endpoints, listed.revision)
+                revision = listed.revision
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # registry restarting: keep the last view, retry
+                log.warning("registry watch failed: %s", exc)
+                await asyncio.sleep(1.0)
+
+    def forget(self, replica_id: str) -> None:
+        """Drop a replica that failed a call, without waiting for the registry to notice."""
+        if self.view.endpoints.pop(replica_id, None) is not None:
+            log.warning("replica %s failed a call; routing around it", replica_id)
+            self.apply(*model_list(self.view, self.api_key, self.timeout))

@@ -1,0 +1,214 @@
+"""The ASGI layer in front of LiteLLM: trial path prefixes, model names, max_tokens clamping,
+count_tokens, and streaming by way of one non-streaming upstream call.
+
+Everything that needs the request body in the client's own format happens here, once; auth,
+routing, Anthropic<->OpenAI translation, retries and logging stay LiteLLM's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rlstack.proxy.sse import anthropic_events, openai_chunks
+from rlstack.proxy.trial_keys import PATH_PREFIX
+
+log = logging.getLogger(__name__)
+
+CHAT_PATHS = {"/v1/chat/completions", "/chat/completions"}
+MESSAGES_PATHS = {"/v1/messages", "/messages"}
+COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
+TRIAL_HEADER = "x-rlstack-trial"
+REQUESTED_MODEL_HEADER = "x-rlstack-requested-model"
+CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
+
+
+class FrontError(Exception):
+    def __init__(self, status: int, message: str, param: str | None, anthropic: bool) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.anthropic = status, message, param, anthropic
+
+    def body(self) -> bytes:
+        if self.anthropic:
+            kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}.get(self.status, "api_error")
+            return orjson.dumps({"type": "error", "error": {"type": kind, "message": self.message}})
+        return orjson.dumps({"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.status}})
+
+
+class FrontMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        served_model: str,
+        replica_urls: Callable[[], list[str]],
+        max_context: Callable[[], int],
+        min_completion_tokens: int,
+        replica_api_key: str | None,
+    ) -> None:
+        self.app = app
+        self.served_model = served_model
+        self.replica_urls = replica_urls
+        self.max_context = max_context
+        self.min_completion_tokens = min_completion_tokens
+        self.replica_headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope = dict(scope)
+        headers = MutableHeaders(scope=scope)
+        if TRIAL_HEADER in headers:
+            del headers[TRIAL_HEADER]  # identity comes from the path or the key, never a client header
+        match = PATH_PREFIX.match(scope["path"])
+        if match:
+            headers[TRIAL_HEADER] = f"{match['run']}/{match['trial']}"
+            scope["path"] = match["rest"]
+            scope["raw_path"] = match["rest"].encode()
+        path = scope["path"]
+        if scope["method"] != "POST" or path not in CHAT_PATHS | MESSAGES_PATHS | COUNT_PATHS:
+            await self.app(scope, receive, send)
+            return
+        anthropic = path not in CHAT_PATHS
+        try:
+            raw = await _read_body(receive)
+            body = self._parse(raw, anthropic)
+            requested = body["model"]
+            body["model"] = self.served_model
+            headers[REQUESTED_MODEL_HEADER] = requested[:200]
+            if path in COUNT_PATHS:
+                await self._count_tokens(body, send)
+                return
+            await self._clamp(body, raw, anthropic)
+        except FrontError as exc:
+            await _respond(send, exc.status, exc.body())
+            return
+
+        stream = bool(body.pop("stream", False))
+        stream_options = body.pop("stream_options", None) or {}
+        new_body = orjson.dumps(body)
+        headers["content-length"] = str(len(new_body))
+        if "content-encoding" in headers:
+            del headers["content-encoding"]
+        inner_receive = _replay(new_body, receive)
+        if not stream:
+            await self.app(scope, inner_receive, send)
+            return
+        status, response_headers, payload = await _capture(self.app, scope, inner_receive)
+        if status != 200:
+            await _respond(send, status, payload, response_headers)
+            return
+        answer = orjson.loads(payload)
+        events = anthropic_events(answer) if anthropic else openai_chunks(answer, bool(stream_options.get("include_usage")))
+        sse_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        sse_headers += [(k, v) for k, v in response_headers if k.lower().startswith(b"x-")]
+        await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _parse(self, raw: bytes, anthropic: bool) -> dict[str, Any]:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise FrontError(400, f"body: not valid JSON ({exc})", None, anthropic) from None
+        if not isinstance(body, dict):
+            raise FrontError(400, "body: expected a JSON object", None, anthropic)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise FrontError(400, "model: required (a string)", "model", anthropic)
+        if not self._serves(model):
+            served = [self.served_model, f"hosted_vllm/{self.served_model}", "claude-*"]
+            raise FrontError(404, f"model: {model!r} is not served here; served models: {served}", "model", anthropic)
+        return body
+
+    def _serves(self, model: str) -> bool:
+        return model in (self.served_model, f"hosted_vllm/{self.served_model}") or bool(CLAUDE.match(model))
+
+    async def _prompt_tokens(self, body: dict[str, Any], anthropic: bool) -> int:
+        urls = self.replica_urls()
+        if not urls:
+            raise FrontError(503, "no inference replica is ready", None, anthropic)
+        if anthropic:
+            keys = ("model", "messages", "system", "tools", "tool_choice", "thinking")
+            request = {k: body[k] for k in keys if k in body}
+            reply = await self.client.post(f"{urls[0]}/v1/messages/count_tokens", json=request, headers=self.replica_headers)
+            if reply.status_code != 200:
+                raise FrontError(reply.status_code if reply.status_code < 500 else 502, f"count_tokens: {reply.text[:300]}", None, anthropic)
+            return int(reply.json()["input_tokens"])
+        request = {k: body[k] for k in ("model", "messages", "tools", "chat_template_kwargs") if k in body}
+        reply = await self.client.post(f"{urls[0]}/tokenize", json={**request, "add_generation_prompt": True}, headers=self.replica_headers)
+        if reply.status_code != 200:
+            raise FrontError(reply.status_code if reply.status_code < 500 else 502, f"tokenize: {reply.text[:300]}", "messages", anthropic)
+        return int(reply.json()["count"])
+
+    async def _clamp(self, body: dict[str, Any], raw: bytes, anthropic: bool) -> None:
+        """Shrink max_tokens to what the context leaves after the prompt, instead of a vLLM 400."""
+        field = "max_tokens" if anthropic or "max_completion_tokens" not in body else "max_completion_tokens"
+        requested = body.get(field)
+        context = self.max_context()
+        if not isinstance(requested, int):
+            return
+        if requested + len(raw) + 256 <= context:
+            return  # a prompt has fewer tokens than bytes (+ template): cannot overflow
+        prompt = await self._prompt_tokens(body, anthropic)
+        room = context - prompt
+        if room < self.min_completion_tokens:
+            raise FrontError(400, f"messages: prompt is {prompt} tokens; the context holds {context}", "messages", anthropic)
+        if requested > room:
+            body[field] = room
+
+    async def _count_tokens(self, body: dict[str, Any], send: Send) -> None:
+        count = await self._prompt_tokens(body, anthropic=True)
+        await _respond(send, 200, orjson.dumps({"input_tokens": count}))
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def inner() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return inner
+
+
+async def _capture(app: ASGIApp, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    status, headers, chunks = 500, [], []
+
+    async def send(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status, headers = message["status"], list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, headers, b"".join(chunks)
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    keep = [(k, v) for k, v in (headers or []) if k.lower() not in (b"content-length", b"content-type", b"transfer-encoding")]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *keep]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

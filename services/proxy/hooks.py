@@ -1,0 +1,136 @@
+"""LiteLLM callbacks: ask vLLM for token ids and logprobs, pin trials to replicas, log every call.
+
+``async_pre_call_hook`` edits each request before routing; the success/failure events turn
+the call into a ``TrajectoryRecord`` for the writer thread and count it in the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from litellm.integrations.custom_logger import CustomLogger
+
+from rlstack.common.contracts.trajectory import TrajectoryChoice, TrajectoryRecord
+from rlstack.proxy.discovery import Discovery, ReplicaView
+from rlstack.proxy.front import REQUESTED_MODEL_HEADER
+from rlstack.proxy.metrics import ProxyMetrics
+from rlstack.proxy.writer import TrajectoryWriter
+
+log = logging.getLogger(__name__)
+REQUEST_KEYS = ("messages", "system", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+                "top_k", "n", "stop", "stop_sequences", "thinking", "seed")
+CONTEXT_TTL = 3600.0
+HEALTH_RUN = "rlstack-health"  # the proxy's own pings: served, counted, not logged as trajectories
+
+
+@dataclass
+class CallContext:
+    run: str
+    trial: str
+    api: str
+    requested_model: str | None
+    request: dict[str, Any]
+    created: float = field(default_factory=time.time)
+
+
+class RLStackHooks(CustomLogger):
+    def __init__(self, view: ReplicaView, discovery: Discovery | None, writer: TrajectoryWriter, metrics: ProxyMetrics) -> None:
+        super().__init__()
+        self.view, self.discovery, self.writer, self.metrics = view, discovery, writer, metrics
+        self.calls: dict[str, CallContext] = {}
+
+    async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):  # noqa: ANN001 - LiteLLM's signature
+        if call_type not in ("completion", "acompletion", "anthropic_messages"):
+            return data
+        meta = getattr(user_api_key_dict, "metadata", None) or {}
+        run, trial = meta.get("rlstack_run", "default"), meta.get("rlstack_trial", "default")
+        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        api = "anthropic" if call_type == "anthropic_messages" else "openai"
+        call_id = data.get("litellm_call_id")
+        if call_id and run != HEALTH_RUN:
+            self._expire_old()
+            request = {k: data[k] for k in REQUEST_KEYS if k in data}
+            self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request)
+        # vLLM's own ids and logprobs, on every upstream call.
+        data["logprobs"] = True
+        extra = dict(data.get("extra_body") or {})
+        extra["return_token_ids"] = True
+        data["extra_body"] = extra
+        if len(self.view.endpoints) > 1:
+            replica = self.view.sticky_replica(f"{run}/{trial}")
+            if replica is not None:
+                data["model"] = self.view.pinned_group(replica)
+        return data
+
+    def _expire_old(self) -> None:
+        if len(self.calls) > 10_000:
+            cutoff = time.time() - CONTEXT_TTL
+            for key in [k for k, c in self.calls.items() if c.created < cutoff]:
+                del self.calls[key]
+
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):  # noqa: ANN001
+        self._record(kwargs, response_obj, start_time, end_time, error=None)
+
+    async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):  # noqa: ANN001
+        error = kwargs.get("exception") or kwargs.get("original_exception")
+        self._record(kwargs, None, start_time, end_time, error=str(error) if error else "upstream call failed")
+        replica = self._replica(kwargs.get("litellm_params") or {})
+        if replica is not None and self.discovery is not None and _is_connection_error(error):
+            self.discovery.forget(replica.id)
+
+    def _replica(self, params: dict[str, Any]):  # noqa: ANN202 - Endpoint | None
+        info = params.get("model_info") or (params.get("metadata") or {}).get("model_info") or {}
+        replica_id = str(info.get("id") or "").removesuffix("@pinned")
+        return self.view.endpoints.get(replica_id) or self.view.by_url(params.get("api_base"))
+
+    def _record(self, kwargs: dict, response: Any, start_time, end_time, error: str | None) -> None:  # noqa: ANN001
+        call_id = kwargs.get("litellm_call_id") or ""
+        ctx = self.calls.pop(call_id, None)
+        if ctx is None:
+            return  # not a proxied model call (health checks, warm-up without context)
+        params = kwargs.get("litellm_params") or {}
+        replica = self._replica(params)
+        started, ended = _ts(start_time), _ts(end_time)
+        body = _as_dict(response)
+        choices = [_choice(c) for c in body.get("choices", [])] if body else []
+        record = TrajectoryRecord(
+            run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
+            started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
+            requested_model=ctx.requested_model, served_model=body.get("model") or self.view.served_model,
+            replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
+            weight_version=replica.weight_version if replica else None, request=ctx.request,
+            prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),
+            status="error" if error else "ok", error=error,
+        )
+        self.writer.submit(record)
+        self.metrics.observe_call(record)
+
+
+def _choice(c: dict[str, Any]) -> TrajectoryChoice:
+    extra = c.get("provider_specific_fields") or {}
+    ids = c.get("token_ids") or extra.get("token_ids") or []
+    content = ((c.get("logprobs") or {}).get("content")) or []
+    message = {k: v for k, v in (c.get("message") or {}).items() if v is not None and k != "provider_specific_fields"}
+    return TrajectoryChoice(index=c.get("index", 0), message=message, finish_reason=c.get("finish_reason"),
+                            completion_token_ids=list(ids), completion_logprobs=[t.get("logprob", 0.0) for t in content])
+
+
+def _as_dict(response: Any) -> dict[str, Any]:
+    if response is None:
+        return {}
+    if isinstance(response, dict):
+        return response
+    dump = getattr(response, "model_dump", None)
+    return dump() if callable(dump) else {}
+
+
+def _ts(value: Any) -> float:
+    return value.timestamp() if hasattr(value, "timestamp") else float(value or time.time())
+
+
+def _is_connection_error(error: Any) -> bool:
+    text = f"{type(error).__name__} {error}".lower()
+    return any(s in text for s in ("connect", "connection refused", "remoteprotocol", "server disconnected"))

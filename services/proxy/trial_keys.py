@@ -1,0 +1,68 @@
+"""Trial keys: HMAC-signed tokens naming a run and a trial, so the proxy needs no database.
+
+Format: ``rlst_<payload>.<signature>``, both base64url; the payload is JSON
+``{"r": run, "t": trial, "e": expiry}``. Anyone with the secret can mint keys (the env server
+that starts a sandbox does); the proxy only verifies.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import time
+
+import orjson
+from pydantic import BaseModel, Field
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+PREFIX = "rlst_"
+
+
+class TrialIdentity(BaseModel):
+    run: str = Field(pattern=NAME)
+    trial: str = Field(pattern=NAME)
+
+
+class InvalidTrialKey(ValueError):
+    pass
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _sign(secret: str, payload: str) -> str:
+    return _b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())
+
+
+def mint(secret: str, run: str, trial: str, ttl_seconds: float = 7 * 24 * 3600, now: float | None = None) -> str:
+    identity = TrialIdentity(run=run, trial=trial)
+    expiry = int((now if now is not None else time.time()) + ttl_seconds)
+    payload = _b64(orjson.dumps({"r": identity.run, "t": identity.trial, "e": expiry}))
+    return f"{PREFIX}{payload}.{_sign(secret, payload)}"
+
+
+def verify(secret: str, key: str, now: float | None = None) -> TrialIdentity:
+    if not key.startswith(PREFIX) or key.count(".") != 1:
+        raise InvalidTrialKey("not a trial key")
+    payload, signature = key[len(PREFIX):].split(".")
+    if not hmac.compare_digest(signature, _sign(secret, payload)):
+        raise InvalidTrialKey("bad signature")
+    try:
+        claims = orjson.loads(_unb64(payload))
+        identity = TrialIdentity(run=claims["r"], trial=claims["t"])
+        expiry = float(claims["e"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidTrialKey("malformed payload") from exc
+    if expiry < (now if now is not None else time.time()):
+        raise InvalidTrialKey("expired")
+    return identity
+
+
+PATH_PREFIX = re.compile(r"^/trials/(?P<run>[A-Za-z0-9][A-Za-z0-9._-]{0,127})/(?P<trial>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?P<rest>/.*)$")

@@ -1,0 +1,63 @@
+"""Appends trajectory records to per-trial JSONL files from one writer thread.
+
+Callbacks only enqueue (never block a response); one thread owns every file, so concurrent
+calls of one trial can never interleave half-lines, and shutdown drains the queue before exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from pathlib import Path
+
+from rlstack.common.contracts.trajectory import TrajectoryRecord
+
+log = logging.getLogger(__name__)
+FILE_NAME = "litellm-trajectory.jsonl"
+_STOP = object()
+
+
+class TrajectoryWriter:
+    def __init__(self, trials_dir: Path) -> None:
+        self.trials_dir = trials_dir
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="trajectory-writer", daemon=True)
+        self.written = 0
+        self.failed = 0
+
+    def path_for(self, run: str, trial: str) -> Path:
+        return self.trials_dir / run / trial / FILE_NAME
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, record: TrajectoryRecord) -> None:
+        self._queue.put(record)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while not self._queue.empty() and len(batch) < 256:
+                batch.append(self._queue.get_nowait())
+            stop = any(item is _STOP for item in batch)
+            by_file: dict[Path, list[bytes]] = {}
+            for item in batch:
+                if item is not _STOP:
+                    line = item.model_dump_json(exclude_none=False).encode() + b"\n"
+                    by_file.setdefault(self.path_for(item.run_id, item.trial_id), []).append(line)
+            for path, lines in by_file.items():
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with path.open("ab") as f:
+                        f.write(b"".join(lines))
+                    self.written += len(lines)
+                except OSError:
+                    self.failed += len(lines)
+                    log.exception("could not write %d trajectory lines to %s", len(lines), path)
+            if stop:
+                return
