@@ -55,7 +55,7 @@ class ProxyApp:
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
-                                     settings.min_completion_tokens, api_key)
+                                     settings.min_completion_tokens, api_key, settings.max_tokens_cap)
         self.warm = False
         self.ops = Starlette(routes=[
             Route("/healthz", self.healthz), Route("/readyz", self.readyz), Route("/health/readiness", self.readyz),

@@ -35,5 +35,7 @@ class ProxySettings(ServiceSettings):
     """Upper bound on one upstream call."""
     default_max_context: int = Field(default=32768, ge=16)
     """Context length assumed when a replica does not report max_model_len."""
+    max_tokens_cap: int | None = Field(default=None, ge=1)
+    """Operator cap on max_tokens per call (short rollouts, fast tests); unset = the context decides."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

@@ -17,7 +17,7 @@ import orjson
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rlstack.proxy.sse import anthropic_events, openai_chunks
+from rlstack.proxy.sse import anthropic_events, loads, openai_chunks
 from rlstack.proxy.trial_keys import PATH_PREFIX
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ class FrontMiddleware:
         max_context: Callable[[], int],
         min_completion_tokens: int,
         replica_api_key: str | None,
+        max_tokens_cap: int | None = None,
     ) -> None:
+        self.max_tokens_cap = max_tokens_cap
         self.app = app
         self.served_model = served_model
         self.replica_urls = replica_urls
@@ -102,11 +104,13 @@ class FrontMiddleware:
         if not stream:
             await self.app(scope, inner_receive, send)
             return
+        if "accept-encoding" in headers:
+            del headers["accept-encoding"]  # the answer is read here: plain JSON, not gzip
         status, response_headers, payload = await _capture(self.app, scope, inner_receive)
         if status != 200:
             await _respond(send, status, payload, response_headers)
             return
-        answer = orjson.loads(payload)
+        answer = loads(payload)
         events = anthropic_events(answer) if anthropic else openai_chunks(answer, bool(stream_options.get("include_usage")))
         sse_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         sse_headers += [(k, v) for k, v in response_headers if k.lower().startswith(b"x-")]
@@ -157,6 +161,8 @@ class FrontMiddleware:
         context = self.max_context()
         if not isinstance(requested, int):
             return
+        if self.max_tokens_cap is not None and requested > self.max_tokens_cap:
+            body[field] = requested = self.max_tokens_cap
         if requested + len(raw) + 256 <= context:
             return  # a prompt has fewer tokens than bytes (+ template): cannot overflow
         prompt = await self._prompt_tokens(body, anthropic)

@@ -7,15 +7,32 @@ stream. Events follow each API's documented sequence, so SDKs and claude-code pa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 
+def loads(payload: bytes) -> Any:
+    """orjson, or the stdlib for text holding lone surrogates (a model may emit half a
+    UTF-8 character; upstream JSON carries it as a \\udXXX escape, which orjson refuses)."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)
+
+
+def dumps(data: Any) -> bytes:
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
 def _event(data: Any, name: str | None = None) -> bytes:
     head = f"event: {name}\n".encode() if name else b""
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
+    return head + b"data: " + dumps(data) + b"\n\n"
 
 
 def openai_chunks(response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
@@ -50,7 +67,7 @@ def anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
         elif kind == "tool_use":
             opening = {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}}
             yield _event({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
-            partial = orjson.dumps(block.get("input") or {}).decode()
+            partial = dumps(block.get("input") or {}).decode()
             yield _event({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": partial}}, "content_block_delta")
         elif kind == "thinking":
             yield _event({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}, "content_block_start")
