@@ -101,7 +101,8 @@ def build_app(settings: InferenceSettings) -> FastAPI:
                 await replica.registry.aclose()
 
     def ready() -> tuple[bool, dict]:
-        detail = {"model_loaded": replica.vllm.loaded, "registered": replica.registered, "vllm_url": str(settings.advertise_url)}
+        detail = {"model_loaded": replica.vllm.loaded, "registered": replica.registered, "vllm_url": str(settings.advertise_url),
+                  "vllm_pid": replica.vllm.proc.pid if replica.vllm.proc else None}
         if replica.failed:
             detail["error"] = replica.failed
         return replica.vllm.loaded and replica.vllm.exited is None, detail

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import VLLM_PYTHON, ServiceProcess, free_port, start_service
+from tests.conftest import PROXY_PYTHON, VLLM_PYTHON, ServiceProcess, free_port, start_service
 
 
 @dataclass
@@ -56,3 +56,51 @@ def replica(registry, tiny_model, stack_logs) -> Iterator[ReplicaHandle]:
     handle = start_replica(registry.url, tiny_model, stack_logs, "replica-0")
     yield handle
     handle.sidecar.terminate(timeout=60)
+
+
+SECRET = "integration-secret"
+
+
+@dataclass
+class ProxyHandle:
+    service: ServiceProcess
+    trials_dir: Path
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+    def key(self, run: str, trial: str, ttl: float = 3600) -> str:
+        from rlstack.proxy.trial_keys import mint
+
+        return mint(SECRET, run, trial, ttl_seconds=ttl)
+
+    def lines(self, run: str, trial: str, expect: int, timeout: float = 20.0) -> list[dict]:
+        """The trial's trajectory lines, once at least ``expect`` have been written."""
+        import json
+        import time
+
+        path = self.trials_dir / run / trial / "litellm-trajectory.jsonl"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists():
+                lines = [json.loads(line) for line in path.read_text().splitlines() if line]
+                if len(lines) >= expect:
+                    return lines
+            time.sleep(0.1)
+        raise AssertionError(f"{path}: fewer than {expect} lines after {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def proxy(registry, replica, stack_logs, tmp_path_factory) -> Iterator[ProxyHandle]:
+    if not PROXY_PYTHON.exists():
+        pytest.fail("no .venv-proxy: run `make setup-proxy`")
+    trials = tmp_path_factory.mktemp("trials")
+    svc = start_service(
+        "proxy",
+        ["--registry-url", registry.url, "--trials-dir", str(trials), "--trial-key-secret", SECRET,
+         "--max-tokens-cap", "64", "--watch-timeout-seconds", "2"],
+        stack_logs, python=PROXY_PYTHON, ready_timeout=180,
+    )
+    yield ProxyHandle(svc, trials)
+    svc.terminate()
