@@ -1,0 +1,23 @@
+from rlstack.inference.command import WORKER_EXTENSION, vllm_command
+from rlstack.inference.config import InferenceSettings
+
+
+def test_cpu_command_has_the_rl_flags_and_env():
+    argv, env = vllm_command(InferenceSettings(model="m", served_model_name="policy", vllm_port=9001, api_key="k", kv_cache_gib=2), python="py")
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(argv)
+    for flag in ("--served-model-name policy", "--port 9001", f"--worker-extension-cls {WORKER_EXTENSION}", "--enable-lora",
+                 "--enable-prefix-caching", "--enforce-eager", "--api-key k", "--enable-auto-tool-choice"):
+        assert flag in joined
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_cuda_command_sets_gpu_memory_and_no_cpu_env():
+    argv, env = vllm_command(InferenceSettings(device="cuda", enforce_eager=False, enable_lora=False), python="py")
+    assert "--gpu-memory-utilization" in argv and "--enforce-eager" not in argv and "--enable-lora" not in argv
+    assert "VLLM_TARGET_DEVICE" not in env and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "False"
+
+
+def test_advertise_url_defaults_to_a_reachable_host():
+    assert str(InferenceSettings(vllm_host="0.0.0.0", vllm_port=8001).advertise_url) == "http://127.0.0.1:8001/"
