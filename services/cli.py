@@ -76,6 +76,19 @@ def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trial_key(args: argparse.Namespace) -> int:
+    import os
+
+    from rlstack.proxy.trial_keys import mint
+
+    secret = args.secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    if not secret:
+        log.error("no secret: pass --secret or set RLSTACK_PROXY_TRIAL_KEY_SECRET")
+        return 2
+    print(mint(secret, args.run, args.trial, ttl_seconds=args.ttl_seconds))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rlstack", description="RL post-training stack: local orchestration and tools")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -90,6 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
     tiny.set_defaults(func=cmd_make_tiny_model)
+    key = sub.add_parser("trial-key", help="mint a trial key for the proxy (HMAC, no database)")
+    key.add_argument("--run", required=True)
+    key.add_argument("--trial", required=True)
+    key.add_argument("--secret", help="defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    key.add_argument("--ttl-seconds", type=float, default=7 * 24 * 3600)
+    key.set_defaults(func=cmd_trial_key)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     sys.exit(args.func(args))
