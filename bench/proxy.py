@@ -1,6 +1,7 @@
 """Direct vLLM vs the same replica through the proxy (LiteLLM + trajectory logger), one run.
 
-The same bounded load goes to both: chat requests with short (8-token) and 200-token answers
+The same bounded load goes to both (and, for streaming cells, to a second proxy using
+LiteLLM's own streaming instead of our shim): chat requests with short (8-token) and 200-token answers
 (``ignore_eos`` so lengths are exact), streaming and not, at concurrency 16 and 32, from the
 same lean keep-alive client. Prints req/s, p50/p99 latency and generated tokens/s for each
 side and the ratios (proxy / direct). Loopback only; starts and stops its own services.
@@ -97,21 +98,27 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        reg_port, side_port, vllm_port, proxy_port = free_port(), free_port(), free_port(), free_port()
+        reg_port, side_port, vllm_port, proxy_port, native_port = (free_port() for _ in range(5))
         registry_cmd = [sys.executable, "-m", "rlstack.registry", "--port", str(reg_port), "--log-level", "warning"]
         replica_cmd = [str(VLLM_PY), "-m", "rlstack.inference", "--port", str(side_port), "--vllm-port", str(vllm_port),
                        "--model", args.model, "--registry-url", f"http://127.0.0.1:{reg_port}", "--replica-id", "bench-0",
                        "--log-level", "warning"]
         proxy_cmd = [str(PROXY_PY), "-m", "rlstack.proxy", "--port", str(proxy_port), "--registry-url", f"http://127.0.0.1:{reg_port}",
                      "--trials-dir", str(tmp_path / "trials"), "--log-level", "warning"]
-        console.print("starting registry, vLLM replica (~1 min) and proxy ...")
+        native_cmd = [str(PROXY_PY), "-m", "rlstack.proxy", "--port", str(native_port), "--registry-url", f"http://127.0.0.1:{reg_port}",
+                      "--trials-dir", str(tmp_path / "trials-native"), "--log-level", "warning", "--stream-mode", "litellm"]
+        console.print("starting registry, vLLM replica (~1 min) and two proxies ...")
         with server(registry_cmd, reg_port, "/readyz", tmp_path / "registry.log"), \
              server(replica_cmd, side_port, "/readyz", tmp_path / "replica.log"), \
              server(proxy_cmd, proxy_port, "/readyz", tmp_path / "proxy.log"), \
+             server(native_cmd, native_port, "/readyz", tmp_path / "proxy-native.log"), \
              Progress(console=console, transient=True) as progress:
             for concurrency, tokens, stream in cells:
                 name = f"c{concurrency}_{tokens}tok_{'stream' if stream else 'plain'}"
-                for side, port, prefix in (("direct", vllm_port, ""), ("proxy", proxy_port, "/trials/bench/t")):
+                sides = [("direct", vllm_port, ""), ("proxy", proxy_port, "/trials/bench/t")]
+                if stream:
+                    sides.append(("litellm_stream", native_port, "/trials/bench/native"))
+                for side, port, prefix in sides:
                     task = progress.add_task(f"{side} {name}", total=args.requests)
                     results.setdefault(name, {})[side] = asyncio.run(
                         run_cell(port, prefix, args.requests, concurrency, tokens, stream, progress, task))
@@ -124,6 +131,11 @@ def main() -> None:
     for name, sides in results.items():
         d, p = sides["direct"], sides["proxy"]
         ratio = p["gen_tokens_per_s"] / d["gen_tokens_per_s"]
+        if "litellm_stream" in sides:
+            n = sides["litellm_stream"]
+            flat[f"{name}_shim_vs_litellm_stream_req_per_s"] = round(p["req_per_s"] / n["req_per_s"], 3)
+            table.add_row(f"{name} (LiteLLM's stream)", "", f"{n['req_per_s']:.1f}", "", f"{n['p50_ms']:.0f}/{n['p99_ms']:.0f}", "",
+                          f"{n['gen_tokens_per_s']:.0f}", f"{n['gen_tokens_per_s'] / d['gen_tokens_per_s']:.2f}")
         table.add_row(name, f"{d['req_per_s']:.1f}", f"{p['req_per_s']:.1f}", f"{d['p50_ms']:.0f}/{d['p99_ms']:.0f}",
                       f"{p['p50_ms']:.0f}/{p['p99_ms']:.0f}", f"{d['gen_tokens_per_s']:.0f}", f"{p['gen_tokens_per_s']:.0f}", f"{ratio:.2f}")
         for side, figures in sides.items():

@@ -51,11 +51,12 @@ class ProxyApp:
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
                                    settings.watch_timeout_seconds)
         self.writer = TrajectoryWriter(settings.trials_dir)
-        self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics)
+        self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
-                                     settings.min_completion_tokens, api_key, settings.max_tokens_cap)
+                                     settings.min_completion_tokens, api_key, settings.max_tokens_cap,
+                                     stream_shim=settings.stream_mode == "shim")
         self.warm = False
         self.ops = Starlette(routes=[
             Route("/healthz", self.healthz), Route("/readyz", self.readyz), Route("/health/readiness", self.readyz),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, HttpUrl, SecretStr
 from pydantic_settings import SettingsConfigDict
@@ -37,5 +38,10 @@ class ProxySettings(ServiceSettings):
     """Context length assumed when a replica does not report max_model_len."""
     max_tokens_cap: int | None = Field(default=None, ge=1)
     """Operator cap on max_tokens per call (short rollouts, fast tests); unset = the context decides."""
+    sticky_routing: bool = True
+    """Pin each trial to one replica (prefix-cache hits); off = every call goes least-busy."""
+    stream_mode: Literal["shim", "litellm"] = "shim"
+    """shim: one non-streaming upstream call re-emitted as SSE (keeps token ids); litellm: LiteLLM's
+    own streaming (token ids are lost; kept for comparison in bench/proxy.py)."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

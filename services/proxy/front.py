@@ -52,8 +52,10 @@ class FrontMiddleware:
         min_completion_tokens: int,
         replica_api_key: str | None,
         max_tokens_cap: int | None = None,
+        stream_shim: bool = True,
     ) -> None:
         self.max_tokens_cap = max_tokens_cap
+        self.stream_shim = stream_shim
         self.app = app
         self.served_model = served_model
         self.replica_urls = replica_urls
@@ -94,8 +96,10 @@ class FrontMiddleware:
             await _respond(send, exc.status, exc.body())
             return
 
-        stream = bool(body.pop("stream", False))
-        stream_options = body.pop("stream_options", None) or {}
+        stream = bool(body.get("stream", False)) and self.stream_shim
+        if stream:
+            body.pop("stream")
+        stream_options = (body.pop("stream_options", None) or {}) if stream else {}
         new_body = orjson.dumps(body)
         headers["content-length"] = str(len(new_body))
         if "content-encoding" in headers:

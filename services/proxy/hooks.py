@@ -37,9 +37,11 @@ class CallContext:
 
 
 class RLStackHooks(CustomLogger):
-    def __init__(self, view: ReplicaView, discovery: Discovery | None, writer: TrajectoryWriter, metrics: ProxyMetrics) -> None:
+    def __init__(self, view: ReplicaView, discovery: Discovery | None, writer: TrajectoryWriter, metrics: ProxyMetrics,
+                 sticky: bool = True) -> None:
         super().__init__()
         self.view, self.discovery, self.writer, self.metrics = view, discovery, writer, metrics
+        self.sticky = sticky
         self.calls: dict[str, CallContext] = {}
 
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):  # noqa: ANN001 - LiteLLM's signature
@@ -59,7 +61,7 @@ class RLStackHooks(CustomLogger):
         extra = dict(data.get("extra_body") or {})
         extra["return_token_ids"] = True
         data["extra_body"] = extra
-        if len(self.view.endpoints) > 1:
+        if self.sticky and len(self.view.endpoints) > 1:
             replica = self.view.sticky_replica(f"{run}/{trial}")
             if replica is not None:
                 data["model"] = self.view.pinned_group(replica)
