@@ -1,0 +1,74 @@
+"""GRPO's objective, free of any model or device code so it can be checked by hand.
+
+Advantages are group-normalised rewards (or the env's own). The policy ratio is taken per token
+against the *inference* logprobs (what vLLM actually sampled with), clipped PPO-style with
+separate low/high bounds, and, for negative advantages, dual-clipped: a token the policy has
+already moved far from (a stale or off-policy sample) contributes a bounded weight instead of
+an exploding one. An optional k3 KL term pulls towards a reference policy. The loss is a mean
+over trained tokens of the whole batch, so long answers are not down-weighted.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, Field
+
+
+class GRPOLossConfig(BaseModel):
+    clip_low: float = Field(default=0.2, ge=0, le=1)
+    """Lower ratio bound 1 - clip_low."""
+    clip_high: float = Field(default=0.28, ge=0)
+    """Upper ratio bound 1 + clip_high (a higher ceiling keeps exploration alive)."""
+    dual_clip: float = Field(default=3.0, gt=1)
+    """Cap on the importance weight of tokens with negative advantage."""
+    kl_coef: float = Field(default=0.0, ge=0)
+    """Weight of the k3 KL estimate to the reference policy; 0 disables it."""
+
+
+def group_advantages(scores: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """(score - group mean) / group std; a group whose scores are all equal teaches nothing: zeros."""
+    centered = scores - scores.mean()
+    std = scores.std(unbiased=False)
+    if std < eps:
+        return torch.zeros_like(scores)
+    return centered / (std + eps)
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position, in float32 whatever the logits' dtype."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    inference_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: GRPOLossConfig,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss over ``[batch, tokens]`` tensors; ``advantages`` is per sequence ``[batch]`` or per token."""
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    adv = adv.to(logprobs.dtype).expand_as(logprobs)
+    ratio = torch.exp(logprobs - inference_logprobs)
+    clipped_ratio = ratio.clamp(1 - config.clip_low, 1 + config.clip_high)
+    surrogate = torch.minimum(ratio * adv, clipped_ratio * adv)
+    surrogate = torch.where(adv < 0, torch.maximum(surrogate, config.dual_clip * adv), surrogate)
+    per_token = -surrogate
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None and config.kl_coef > 0:
+        delta = ref_logprobs - logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + config.kl_coef * kl
+    tokens = mask.sum().clamp(min=1)
+    loss = (per_token * mask).sum() / tokens
+    with torch.no_grad():
+        clipped = ((ratio > 1 + config.clip_high) & (adv > 0)) | ((ratio < 1 - config.clip_low) & (adv < 0))
+        stats = {
+            "clip_fraction": float((clipped.to(mask.dtype) * mask).sum() / tokens),
+            "ratio_mean": float((ratio * mask).sum() / tokens),
+            "kl": float((kl * mask).sum() / tokens),
+            "tokens": float(mask.sum()),
+        }
+    return loss, stats
