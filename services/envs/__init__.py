@@ -1,0 +1,1 @@
+"""Environment servers: produce rollouts through the proxy, score them, post groups to the batcher."""
