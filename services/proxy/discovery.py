@@ -18,6 +18,7 @@ from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.registry_client import RegistryClient
 
 log = logging.getLogger(__name__)
+RECHECK_DELAY_SECONDS = 2.0
 
 
 class ReplicaView:
@@ -73,6 +74,7 @@ class Discovery:
         self.api_key, self.timeout, self.watch_timeout = api_key, timeout, watch_timeout
         self.client = httpx.AsyncClient(timeout=5.0)
         self.updates = 0
+        self._recheck = asyncio.Event()
 
     async def refresh(self, endpoints: list[Endpoint], revision: int) -> None:
         ready = {e.id: e for e in endpoints if e.ready and (e.model == self.view.served_model or self.view.served_model in e.served_model_names)}
@@ -101,7 +103,14 @@ class Discovery:
         revision = 0
         while True:
             try:
-                listed = await self.registry.watch(revision, self.watch_timeout)
+                if self._recheck.is_set():
+                    # A replica was dropped after a failed call: give the registry's prober a
+                    # moment, then take its word (it re-adds a replica that is in fact alive).
+                    await asyncio.sleep(RECHECK_DELAY_SECONDS)
+                    self._recheck.clear()
+                    listed = await self.registry.list()
+                else:
+                    listed = await self._watch_or_recheck(revision)
                 await self.refresh(listed.endpoints, listed.revision)
                 revision = listed.revision
             except asyncio.CancelledError:
@@ -110,8 +119,26 @@ class Discovery:
                 log.warning("registry watch failed: %s", exc)
                 await asyncio.sleep(1.0)
 
+    async def _watch_or_recheck(self, revision: int):  # noqa: ANN202 - EndpointList
+        watch = asyncio.create_task(self.registry.watch(revision, self.watch_timeout))
+        recheck = asyncio.create_task(self._recheck.wait())
+        done, _ = await asyncio.wait({watch, recheck}, return_when=asyncio.FIRST_COMPLETED)
+        recheck.cancel()
+        if watch in done:
+            return watch.result()
+        watch.cancel()
+        await asyncio.sleep(RECHECK_DELAY_SECONDS)
+        self._recheck.clear()
+        return await self.registry.list()
+
     def forget(self, replica_id: str) -> None:
-        """Drop a replica that failed a call, without waiting for the registry to notice."""
-        if self.view.endpoints.pop(replica_id, None) is not None:
-            log.warning("replica %s failed a call; routing around it", replica_id)
+        """Drop a replica that refused a connection, without waiting for the registry to notice.
+
+        The last replica is never dropped this way (LiteLLM's retries and the registry decide),
+        and the registry is asked again shortly after, so a false alarm costs seconds, not a replica.
+        """
+        if replica_id in self.view.endpoints and len(self.view.endpoints) > 1:
+            del self.view.endpoints[replica_id]
+            log.warning("replica %s refused a connection; routing around it", replica_id)
             self.apply(*model_list(self.view, self.api_key, self.timeout))
+            self._recheck.set()

@@ -91,6 +91,8 @@ class FrontMiddleware:
             if path in COUNT_PATHS:
                 await self._count_tokens(body, send)
                 return
+            if not self.replica_urls():
+                raise FrontError(503, "no inference replica is ready; retry shortly", None, anthropic)
             await self._clamp(body, raw, anthropic)
         except FrontError as exc:
             await _respond(send, exc.status, exc.body())
@@ -219,6 +221,8 @@ async def _capture(app: ASGIApp, scope: Scope, receive: Receive) -> tuple[int, l
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     keep = [(k, v) for k, v in (headers or []) if k.lower() not in (b"content-length", b"content-type", b"transfer-encoding")]
+    if status == 503:
+        keep.append((b"retry-after", b"2"))
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *keep]})
     await send({"type": "http.response.body", "body": body, "more_body": False})

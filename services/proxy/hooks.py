@@ -134,5 +134,6 @@ def _ts(value: Any) -> float:
 
 
 def _is_connection_error(error: Any) -> bool:
+    """Only a refused connection says the replica is gone; timeouts and resets may be load."""
     text = f"{type(error).__name__} {error}".lower()
-    return any(s in text for s in ("connect", "connection refused", "remoteprotocol", "server disconnected"))
+    return any(s in text for s in ("connection refused", "cannot connect to host", "connect call failed", "connecterror"))

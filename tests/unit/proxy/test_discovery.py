@@ -1,0 +1,49 @@
+import asyncio
+
+from rlstack.common.contracts.registry import Endpoint
+from rlstack.proxy.discovery import Discovery, ReplicaView, model_list
+
+
+def endpoint(rid: str, port: int) -> Endpoint:
+    return Endpoint(id=rid, url=f"http://127.0.0.1:{port}", model="policy", ready=True, registered_at=0, last_heartbeat=0, expires_at=1e12)
+
+
+def make(n: int):
+    view = ReplicaView("policy", 32768)
+    applied = []
+    discovery = Discovery(registry=None, view=view, apply=lambda d, f: applied.append((d, f)), api_key=None, timeout=60, watch_timeout=1)  # type: ignore[arg-type]
+    view.endpoints = {f"r{i}": endpoint(f"r{i}", 9000 + i) for i in range(n)}
+    return view, discovery, applied
+
+
+def test_every_replica_is_shared_and_pinned_with_fallback():
+    view, _, _ = make(2)
+    deployments, fallbacks = model_list(view, None, 60)
+    assert sorted(d["model_name"] for d in deployments) == ["policy", "policy", "policy@r0", "policy@r1"]
+    assert {"policy@r0": ["policy"]} in fallbacks
+
+
+def test_sticky_choice_is_stable_and_moves_only_the_lost_replicas_trials():
+    view, _, _ = make(3)
+    before = {f"t{i}": view.sticky_replica(f"t{i}") for i in range(60)}
+    assert set(before.values()) == {"r0", "r1", "r2"}
+    del view.endpoints["r1"]
+    after = {t: view.sticky_replica(t) for t in before}
+    assert all(after[t] == r for t, r in before.items() if r != "r1")
+
+
+def test_forget_drops_a_refusing_replica_but_never_the_last():
+    async def go():
+        view, discovery, applied = make(2)
+        discovery.forget("r1")
+        assert list(view.endpoints) == ["r0"] and len(applied) == 1
+        discovery.forget("r0")
+        assert list(view.endpoints) == ["r0"] and len(applied) == 1
+
+    asyncio.run(go())
+
+
+def test_by_url_matches_full_route_urls():
+    view, _, _ = make(2)
+    assert view.by_url("http://127.0.0.1:9001/v1/chat/completions").id == "r1"
+    assert view.by_url("http://127.0.0.1:9999/v1") is None
