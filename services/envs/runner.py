@@ -1,0 +1,128 @@
+"""The env server's loop: register with the batcher, roll out groups through the proxy, score
+them, post them, and hold back while the batcher already has enough waiting.
+
+Talks to the batcher (Atropos API), the proxy (OpenAI API with ``n = group_size``) and,
+optionally, the registry (to stamp groups with the policy version that produced them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Iterator
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rlstack.common.http import request_with_retries
+from rlstack.envs.arithmetic import ArithmeticConfig, Problem, problems, reward
+from rlstack.envs.config import EnvSettings
+from rlstack.envs.rollout import build_group, completion_parts
+
+log = logging.getLogger(__name__)
+SYSTEM_PROMPT = "Answer with the number only."
+
+
+class EnvMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.rollouts = Counter("rlstack_env_rollouts", "Completions generated and scored", ["env"], registry=registry)
+        self.groups_posted = Counter("rlstack_env_groups_posted", "Groups accepted by the batcher", ["env"], registry=registry)
+        self.groups_dropped = Counter("rlstack_env_groups_dropped", "Groups that could not be produced or posted", ["env"], registry=registry)
+        self.reward_mean = Gauge("rlstack_env_reward_mean", "Mean reward over the last 100 completions", ["env"], registry=registry)
+
+
+class EnvRunner:
+    def __init__(self, settings: EnvSettings, metrics: EnvMetrics) -> None:
+        self.s = settings
+        self.metrics = metrics
+        self.task = ArithmeticConfig(difficulty=settings.difficulty, max_operand=settings.max_operand,
+                                     format_reward=settings.format_reward, seed=settings.seed)
+        self.problems: Iterator[Problem] = problems(self.task)
+        self.env_id: int | None = None
+        self.batch_size: int | None = None
+        self.recent_rewards: deque[float] = deque(maxlen=100)
+        batcher_headers = {"Authorization": f"Bearer {settings.batcher_token.get_secret_value()}"} if settings.batcher_token else {}
+        self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=batcher_headers, timeout=30)
+        self.proxy = httpx.AsyncClient(base_url=str(settings.proxy_url).rstrip("/"), timeout=600)
+        self.registry = httpx.AsyncClient(base_url=str(settings.registry_url).rstrip("/"), timeout=10) if settings.registry_url else None
+
+    @property
+    def registered(self) -> bool:
+        return self.env_id is not None
+
+    async def register(self) -> None:
+        body = {"max_token_length": self.s.max_token_length, "desired_name": self.s.name, "weight": 1.0, "group_size": self.s.group_size}
+        while True:
+            reply = (await request_with_retries(self.batcher, "POST", "/register-env", json=body)).json()
+            if reply.get("status") == "success":
+                self.env_id = reply["env_id"]
+                break
+            await asyncio.sleep(1.0)  # the trainer has not registered yet
+        self.batch_size = (await self.batcher.get("/info")).json()["batch_size"]
+        log.info("registered as env %d (%s); batch size %d", self.env_id, self.s.name, self.batch_size)
+
+    async def backlog_full(self) -> bool:
+        status = (await self.batcher.request("GET", "/status-env", json={"env_id": self.env_id})).json()
+        waiting_sequences = status["queue_size"] * self.s.group_size
+        return waiting_sequences >= self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size)
+
+    async def weight_version(self) -> int | None:
+        if self.registry is None:
+            return None
+        endpoints = (await self.registry.get("/v1/endpoints", params={"ready": "true"})).json()["endpoints"]
+        return min((e["weight_version"] for e in endpoints), default=None)
+
+    def _trial_key(self, trial: str) -> str:
+        if self.s.trial_key_secret is None:
+            return "open"
+        from rlstack.proxy.trial_keys import mint
+
+        return mint(self.s.trial_key_secret.get_secret_value(), self.s.run_id, trial)
+
+    async def rollout(self, problem: Problem, trial: str) -> dict:
+        """One group: n = group_size completions of one problem, scored, as a ScoredData dict."""
+        version = await self.weight_version()  # read before sampling: the oldest weights that may answer
+        body = {"model": self.s.served_model, "n": self.s.group_size, "max_tokens": self.s.max_tokens,
+                "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True,
+                "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem.question}]}
+        r = await self.proxy.post(f"/trials/{self.s.run_id}/{trial}/v1/chat/completions", json=body,
+                                  headers={"Authorization": f"Bearer {self._trial_key(trial)}"})
+        r.raise_for_status()
+        response = r.json()
+        texts = [completion_parts(c)[2] for c in sorted(response["choices"], key=lambda c: c.get("index", 0))]
+        scores = [reward(t, problem, self.task) for t in texts]
+        self.recent_rewards.extend(scores)
+        self.metrics.rollouts.labels(self.s.name).inc(len(scores))
+        self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
+        group = build_group(response, scores, version)
+        group["env_id"] = self.env_id
+        return group
+
+    async def post(self, group: dict) -> None:
+        r = await request_with_retries(self.batcher, "POST", "/scored_data", json=group, attempts=6, max_delay=10)
+        if r.status_code != 200:
+            raise RuntimeError(f"batcher refused the group: {r.status_code} {r.text[:300]}")
+        self.metrics.groups_posted.labels(self.s.name).inc()
+
+    async def worker(self, index: int) -> None:
+        trial = f"{self.s.name}-{index}"
+        while True:
+            if await self.backlog_full():
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                await self.post(await self.rollout(next(self.problems), trial))
+            except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+                self.metrics.groups_dropped.labels(self.s.name).inc()
+                log.warning("group dropped: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def run(self) -> None:
+        await self.register()
+        await asyncio.gather(*(self.worker(i) for i in range(self.s.workers)))
+
+    async def aclose(self) -> None:
+        for client in (self.batcher, self.proxy, self.registry):
+            if client is not None:
+                await client.aclose()
