@@ -50,6 +50,9 @@ def vllm_command(s: InferenceSettings, python: str = sys.executable) -> tuple[li
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # Longer than the proxy's client keep-alive (aiohttp: 15 s): otherwise vLLM closes idle
+        # connections the proxy is about to reuse, and calls fail with "Server disconnected".
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
     }
     if s.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"

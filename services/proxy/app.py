@@ -79,7 +79,9 @@ class ProxyApp:
         if router is None:
             router = self.litellm.Router(
                 model_list=deployments, routing_strategy="least-busy", fallbacks=fallbacks,
-                num_retries=self.settings.num_retries, allowed_fails=0, cooldown_time=5,
+                # A transient failure must not cool down a group's only replica; a dead one is
+                # dropped by discovery on its first refused connection instead.
+                num_retries=self.settings.num_retries, allowed_fails=3, cooldown_time=2,
                 timeout=self.settings.request_timeout_seconds, retry_after=0,
             )
             self.proxy_server.llm_router = router
