@@ -3,7 +3,7 @@
 import os
 import secrets
 
-from rlstack.common.logs import configure_logging
+from rlstack.common.entrypoint import run_service
 from rlstack.proxy.config import ProxySettings
 
 OFFLINE_ENV = {
@@ -16,23 +16,15 @@ OFFLINE_ENV = {
 }
 
 
-def main() -> None:
-    settings = ProxySettings.from_cli()
-    if settings.dry_run:
-        print(settings.dump_json())
-        return
+def prepare_litellm_env(settings: ProxySettings) -> None:
+    """Must run before litellm is imported: it reads these at import time."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     # Model calls are authorised by our trial-key hook; the master key only guards LiteLLM's
     # admin routes, so an unset one becomes a random, unknowable one rather than none at all.
     master = settings.master_key.get_secret_value() if settings.master_key else f"sk-{secrets.token_hex(24)}"
     os.environ["LITELLM_MASTER_KEY"] = master
-    configure_logging(settings.log_level, settings.log_format)
-    from rlstack.common.server import serve
-    from rlstack.proxy.app import ProxyApp
-
-    serve(ProxyApp(settings), settings)
 
 
 if __name__ == "__main__":
-    main()
+    run_service(ProxySettings, "rlstack.proxy.app:ProxyApp", before_import=prepare_litellm_env)

@@ -1,0 +1,28 @@
+"""The shared shape of every ``python -m rlstack.<service>``: settings first, heavy imports after.
+
+``--help`` and ``--dry-run`` answer before the app module (FastAPI, vLLM clients, LiteLLM) is
+imported; the app factory is named as ``module:function`` for that reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from rlstack.common.logs import configure_logging
+from rlstack.common.settings import ServiceSettings
+
+
+def run_service(settings_cls: type[ServiceSettings], app_factory: str, before_import: Callable[[ServiceSettings], None] | None = None) -> None:
+    settings = settings_cls.from_cli()
+    if settings.dry_run:
+        print(settings.dump_json())
+        return
+    configure_logging(settings.log_level, settings.log_format)
+    if before_import is not None:
+        before_import(settings)
+    module, _, name = app_factory.partition(":")
+    build = getattr(importlib.import_module(module), name)
+    from rlstack.common.server import serve
+
+    serve(build(settings), settings)
