@@ -37,8 +37,11 @@ PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
 
 
 def body(i: int, tokens: int, stream: bool) -> bytes:
+    # logprobs + token ids on both sides: an RL client talking to vLLM directly needs them too,
+    # so the ratio measures the hop (LiteLLM, our layers, the logger), not vLLM's extra work.
     request = {"model": "policy", "messages": [{"role": "user", "content": f"Request {i}: what is {i} + {i}?"}],
-               "max_tokens": tokens, "ignore_eos": True, "temperature": 1.0, "stream": stream}
+               "max_tokens": tokens, "ignore_eos": True, "temperature": 1.0, "stream": stream,
+               "logprobs": True, "return_token_ids": True}
     if stream:
         request["stream_options"] = {"include_usage": True}
     return orjson.dumps(request)
