@@ -1,8 +1,8 @@
 """Prefix-cache hit rate of multi-turn trials: trial-sticky routing vs plain least-busy.
 
 Two vLLM replicas behind two proxies (one sticky, one not). Each of N trials runs K turns
-of a growing conversation (every turn resends the whole history plus a new user message,
-as agents do). The hit rate is read from vLLM's own counters
+of a growing conversation that starts from a long preamble of its own (every turn resends the
+whole history plus a new user message, as agents do). The hit rate is read from vLLM's own counters
 (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``, summed over both
 replicas) before and after each pass. Bounded, loopback only.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import re
 import sys
 import tempfile
@@ -30,7 +31,13 @@ from _harness import REPO, free_port, server  # noqa: E402
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
 PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
-SYSTEM = "You are a careful assistant working in a sandbox. " * 40  # a long shared preamble, as agents have
+WORDS = "file test build error patch commit branch module function class import return value list index".split()
+
+
+def task_preamble(trial: int) -> str:
+    """A long description unique to the trial (an agent's task and repository context)."""
+    rng = random.Random(trial)
+    return f"Task {trial}: " + " ".join(rng.choice(WORDS) for _ in range(300))
 
 
 def counters(vllm_ports: list[int]) -> tuple[float, float]:
@@ -44,7 +51,7 @@ def counters(vllm_ports: list[int]) -> tuple[float, float]:
 
 async def run_trials(proxy_port: int, tag: str, trials: int, turns: int) -> None:
     async def trial(t: int) -> None:
-        history = [{"role": "system", "content": SYSTEM}]
+        history = [{"role": "system", "content": task_preamble(t)}]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{proxy_port}/trials/{tag}/t{t}", timeout=120) as client:
             for turn in range(turns):
                 history.append({"role": "user", "content": f"Trial {t}, step {turn}: run the next command and report."})

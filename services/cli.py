@@ -65,9 +65,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
 
-    if (args.out / "config.json").exists() and not args.force:
+    if is_current(args.out) and not args.force:
         log.info("%s already holds a model (use --force to rebuild)", args.out)
         return 0
     spec = TinyModelSpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)

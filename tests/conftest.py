@@ -112,9 +112,9 @@ def service_factory(tmp_path: Path) -> Iterator:
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The demo model, built once into models/tiny (reused across runs)."""
-    from rlstack.modelkit.tiny import build_tiny_model
+    from rlstack.modelkit.tiny import build_tiny_model, is_current
 
     out = REPO / "models" / "tiny"
-    if not (out / "model.safetensors").exists():
+    if not is_current(out):
         build_tiny_model(out)
     return out

@@ -52,6 +52,12 @@ def train_tokenizer(vocab_size: int):
     return fast
 
 
+def is_current(out: Path) -> bool:
+    """A model directory built by this builder with today's chat template (older ones are rebuilt)."""
+    template = out / "chat_template.jinja"
+    return (out / "model.safetensors").exists() and template.exists() and template.read_text() == TEMPLATE.read_text()
+
+
 def build_tiny_model(out: Path, spec: TinyModelSpec | None = None) -> Path:
     """Write tokenizer, config and random weights to ``out``; returns ``out``."""
     import torch
