@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from tests.helpers.wait import wait_until
+
 
 class FakeReplicaModelsServer:
     """Fake (not vLLM): answers GET /v1/models with a configurable model list."""
@@ -54,13 +56,6 @@ def replica():
     fake.close()
 
 
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def test_ready_only_once_model_is_listed_and_watch_sees_it(service_factory, replica):

@@ -9,16 +9,8 @@ import time
 
 import httpx
 
+from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import start_replica
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
 
 
 def replicas_in(proxy) -> list[str]:
@@ -28,7 +20,7 @@ def replicas_in(proxy) -> list[str]:
 def test_added_replica_serves_and_killed_replica_costs_no_request(proxy, registry, tiny_model, stack_logs):
     late = start_replica(registry.url, tiny_model, stack_logs, "replica-late", dp_rank=1)
     try:
-        wait_for(lambda: replicas_in(proxy) == ["replica-0", "replica-late"])
+        wait_until(lambda: replicas_in(proxy) == ["replica-0", "replica-late"], timeout=60)
 
         def call(i: int) -> tuple[int, str]:
             key = proxy.key("churn", f"t{i}")
@@ -51,8 +43,8 @@ def test_added_replica_serves_and_killed_replica_costs_no_request(proxy, registr
         assert [s for s, _ in results] == [200] * len(results), [r for r in results if r[0] != 200]
 
         ids = lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]]  # noqa: E731
-        wait_for(lambda: "replica-late" not in ids())
-        wait_for(lambda: replicas_in(proxy) == ["replica-0"])
+        wait_until(lambda: "replica-late" not in ids(), timeout=60)
+        wait_until(lambda: replicas_in(proxy) == ["replica-0"], timeout=60)
         assert call(999)[0] == 200
     finally:
         late.sidecar.terminate(timeout=60)
