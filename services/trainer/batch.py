@@ -1,0 +1,63 @@
+"""An Atropos batch (list of scored groups) as padded training tensors.
+
+Sequence i predicts token t+1 from tokens <= t, so every per-token quantity is shifted by one:
+targets are tokens[1:], the loss mask is masks[1:] != -100, and the inference logprob of
+target t+1 is inference_logprobs[t+1] (vLLM reports each sampled token's own logprob).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlstack.trainer.loss import group_advantages
+
+MASKED = -100
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # [B, T] padded tokens[:-1]
+    targets: torch.Tensor  # [B, T] tokens[1:]
+    loss_mask: torch.Tensor  # [B, T] bool
+    inference_logprobs: torch.Tensor  # [B, T]
+    advantages: torch.Tensor  # [B]
+    attention_mask: torch.Tensor  # [B, T]
+    rewards: torch.Tensor  # [B]
+    weight_versions: list[int | None]
+
+    @property
+    def trained_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
+    rows, advantages, rewards, versions = [], [], [], []
+    for group in groups:
+        scores = torch.tensor(group["scores"], dtype=torch.float32)
+        sent = group.get("advantages")
+        adv = torch.tensor([a[0] for a in sent]) if sent and all(len(a) == 1 for a in sent) else group_advantages(scores)
+        for i, tokens in enumerate(group["tokens"]):
+            logprobs = (group.get("inference_logprobs") or [[0.0] * len(tokens)])[i]
+            rows.append((tokens, group["masks"][i], logprobs))
+            advantages.append(float(adv[i]))
+            rewards.append(float(scores[i]))
+            versions.append(group.get("weight_version"))
+    width = max(len(t) for t, _, _ in rows) - 1
+    size = len(rows)
+    input_ids = torch.full((size, width), pad_id, dtype=torch.long)
+    targets = torch.full((size, width), pad_id, dtype=torch.long)
+    loss_mask = torch.zeros((size, width), dtype=torch.bool)
+    inference = torch.zeros((size, width), dtype=torch.float32)
+    attention = torch.zeros((size, width), dtype=torch.long)
+    for i, (tokens, masks, logprobs) in enumerate(rows):
+        n = len(tokens) - 1
+        input_ids[i, :n] = torch.tensor(tokens[:-1])
+        targets[i, :n] = torch.tensor(tokens[1:])
+        loss_mask[i, :n] = torch.tensor([m != MASKED for m in masks[1:]])
+        inference[i, :n] = torch.tensor(logprobs[1:], dtype=torch.float32)
+        attention[i, :n] = 1
+    return TrainBatch(input_ids, targets, loss_mask, inference, torch.tensor(advantages), attention,
+                      torch.tensor(rewards), versions)
