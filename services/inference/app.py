@@ -8,6 +8,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import httpx
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -55,6 +56,7 @@ class Replica:
                 log.error("%s; deregistering", self.failed)
                 await self.deregister()
                 return
+            await self._refresh_weight_version()
             if self.registry is not None:
                 try:
                     await self.registry.put(self.settings.replica_id, self.registration())
@@ -64,6 +66,18 @@ class Replica:
                 except Exception as exc:  # the registry may restart; keep serving, retry next beat
                     log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    async def _refresh_weight_version(self) -> None:
+        """Read the version the trainer stored with the weights (vLLM's worker), if any."""
+        try:
+            async with httpx.AsyncClient(timeout=5) as client:
+                r = await client.post(f"{self.vllm.base_url}/collective_rpc", json={"method": "rlstack_weight_version"},
+                                      headers=self.vllm.headers)
+            versions = [v for v in r.json().get("results", []) if v is not None]
+            if versions:
+                self.weight_version = min(int(v) for v in versions)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.debug("weight version not readable: %s", exc)
 
     async def deregister(self) -> None:
         if self.registry is not None and self.registered:

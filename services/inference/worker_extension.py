@@ -1,7 +1,8 @@
 """Methods vLLM mixes into every worker (``--worker-extension-cls``), called via /collective_rpc.
 
-Kept import-light: vLLM imports this in each worker process. Weight-sync methods arrive with
-the training issue; for now a checksum lets tests see which weights a replica holds.
+Kept import-light: vLLM imports this in each worker process. Full-weight reloads go through
+the trainer's publishers (reload_weights is vLLM's own); a checksum lets tests see which
+weights a replica holds, and the weight version is stored beside the weights it names.
 """
 
 from __future__ import annotations
@@ -20,3 +21,11 @@ class RLStackWorkerExtension:
 
     def rlstack_ping(self) -> str:
         return "pong"
+
+    def rlstack_set_weight_version(self, version: int) -> int:
+        """Remember which policy version these weights are: the version lives with the weights."""
+        self._rlstack_weight_version = int(version)  # type: ignore[attr-defined]
+        return self._rlstack_weight_version
+
+    def rlstack_weight_version(self) -> int | None:
+        return getattr(self, "_rlstack_weight_version", None)

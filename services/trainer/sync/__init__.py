@@ -1,0 +1,1 @@
+"""Weight sync: getting the trainer's new weights into every registered replica."""

@@ -1,0 +1,72 @@
+"""The ``filesystem`` weight-sync mode: safetensors on a shared volume, reloaded in place.
+
+Per replica: pause generation (in-flight requests are kept, not aborted), reload through vLLM's
+layerwise ``reload_weights`` (never a raw ``load_weights`` on a live CPU model: CPU repacks
+linear weights), store the version beside the weights, reset the prefix cache (cached KV was
+computed by the old weights), resume. No vLLM restart. The replica's sidecar reads the stored
+version on its next heartbeat, so the registry shows it within one heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel
+
+from rlstack.common.registry_client import RegistryClient
+
+log = logging.getLogger(__name__)
+
+
+class SyncReport(BaseModel):
+    version: int
+    seconds: float
+    save_seconds: float
+    replicas: list[str]
+
+
+class FilesystemPublisher:
+    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model: str, replica_api_key: str | None = None,
+                 keep_versions: int = 2) -> None:
+        self.shared_dir = shared_dir
+        self.registry = registry
+        self.served_model = served_model
+        self.headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.keep_versions = keep_versions
+
+    async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers PreTrainedModel
+        start = time.perf_counter()
+        path = self.shared_dir / f"v{version:06d}"
+        await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
+        saved = time.perf_counter() - start
+        endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
+        async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
+            await asyncio.gather(*(self._reload(client, str(e.url).rstrip("/"), path, version) for e in endpoints))
+        self._prune(version)
+        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=[e.id for e in endpoints])
+        log.info("weights v%d on %d replica(s) in %.2fs", version, len(endpoints), report.seconds)
+        return report
+
+    async def _reload(self, client: httpx.AsyncClient, url: str, path: Path, version: int) -> None:
+        (await client.post(f"{url}/pause", params={"mode": "keep"})).raise_for_status()
+        try:
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
+            (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
+            rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version}}
+            (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
+            (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
+        finally:
+            (await client.post(f"{url}/resume")).raise_for_status()
+
+    def _prune(self, current: int) -> None:
+        """Keep the last few versions (a replica may still be reading one); delete older ones."""
+        import shutil
+
+        versions = sorted(p for p in self.shared_dir.glob("v*") if p.is_dir())
+        for old in versions[: -self.keep_versions]:
+            if old.name != f"v{current:06d}":
+                shutil.rmtree(old, ignore_errors=True)
