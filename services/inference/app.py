@@ -119,7 +119,9 @@ def build_app(settings: InferenceSettings) -> FastAPI:
                   "vllm_pid": replica.vllm.proc.pid if replica.vllm.proc else None}
         if replica.failed:
             detail["error"] = replica.failed
-        return replica.vllm.loaded and replica.vllm.exited is None, detail
+        # Ready means serving *and* discoverable: with a registry configured, registered too.
+        discoverable = replica.registered or replica.registry is None
+        return replica.vllm.loaded and replica.vllm.exited is None and discoverable, detail
 
     app = create_app(service="inference", registry=registry, ready=ready, lifespan=lifespan)
     app.state.replica = replica

@@ -39,9 +39,12 @@ def test_sidecar_reports_health_and_metrics(replica):
 
 def test_sigterm_deregisters_before_vllm_stops(registry, tiny_model, stack_logs):
     second = start_replica(registry.url, tiny_model, stack_logs, "replica-short-lived", dp_rank=1)
-    ids = lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]]  # noqa: E731
-    assert "replica-short-lived" in ids()
-    assert second.sidecar.terminate(timeout=60) == 0
+    try:
+        ids = lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]]  # noqa: E731
+        assert "replica-short-lived" in ids()  # the sidecar is ready only once registered
+    finally:
+        code = second.sidecar.terminate(timeout=60)
+    assert code == 0
     assert "replica-short-lived" not in ids()  # removed by the replica itself, not by TTL expiry
     log = second.sidecar.log()
     assert log.index("deregistered replica-short-lived") < log.index("vLLM stopped")
