@@ -67,8 +67,11 @@ test: setup setup-atropos
 test-unit: setup
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
+# The main job: build the demo model once (tiny Qwen2 + a short supervised warm start), then a
+# GRPO run on the arithmetic task with every service as a local process (~5 min on 2 cores).
 run: setup
-	$(VENV)/bin/rlstack up examples/local-foundation.yaml --check
+	$(VENV)/bin/rlstack make-demo-model --out models/demo
+	$(VENV)/bin/rlstack up examples/local-arithmetic.yaml
 
 bench: setup setup-atropos
 	$(VENV)/bin/python bench/batcher.py

@@ -18,13 +18,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def server(cmd: list[str], port: int, ready_path: str, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+def server(cmd: list[str], port: int, ready_path: str, log: Path, env: dict[str, str] | None = None,
+           timeout: float = 60.0) -> Iterator[str]:
     """Run ``cmd`` until the block ends; yields the base URL once ``ready_path`` answers 200."""
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"{cmd[0]} exited early:\n{log.read_text()[-2000:]}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from rlstack.common.logs import configure_logging
 
 log = logging.getLogger("rlstack")
+WARM_START_STEPS = 300  # WarmStartSpec's default, kept here so --help needs no torch import
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -36,6 +37,7 @@ def make_run_dir(runs_dir: Path, name: str) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.launcher.config import RunConfig
     from rlstack.launcher.health import print_health, smoke_check
+    from rlstack.launcher.progress import wait_for
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = RunConfig.load(args.config)
@@ -48,6 +50,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print_health(supervisor)
         if args.check:
             smoke_check(supervisor)
+        elif config.until:
+            wait_for(supervisor, config.until)
+            show_summary(run_dir)
         else:
             log.info("stack up; logs under %s; Ctrl-C to stop", run_dir / "logs")
             while True:
@@ -59,9 +64,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         log.info("stopping")
     finally:
+        # A second Ctrl-C or SIGTERM must not cut the shutdown short and orphan services.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         codes = supervisor.stop_all()
         log.info("stopped: %s", ", ".join(f"{n}={c}" for n, c in codes.items()))
     return code
+
+
+def show_summary(run_dir: Path) -> None:
+    import json
+
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        log.info("run finished: %s", run_dir)
+        print(json.dumps(data, indent=2))
 
 
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
@@ -73,6 +91,20 @@ def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     spec = TinyModelSpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)
     build_tiny_model(args.out, spec)
     log.info("tiny model written to %s", args.out)
+    return 0
+
+
+def cmd_make_demo_model(args: argparse.Namespace) -> int:
+    """The tiny model plus the supervised warm start on arithmetic: what `make run` trains."""
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+    from rlstack.modelkit.warm_start import WarmStartSpec, warm_start
+
+    if is_current(args.out) and (args.out / "rlstack-warm-start.json").exists() and not args.force:
+        log.info("%s already holds the demo model (use --force to rebuild)", args.out)
+        return 0
+    build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
+    warm_start(args.out, WarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
+    log.info("demo model written to %s", args.out)
     return 0
 
 
@@ -103,6 +135,13 @@ def main(argv: list[str] | None = None) -> None:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
     tiny.set_defaults(func=cmd_make_tiny_model)
+    demo = sub.add_parser("make-demo-model", help="tiny model + a short supervised warm start on arithmetic (what `make run` trains)")
+    demo.add_argument("--out", type=Path, default=Path("models/demo"))
+    demo.add_argument("--steps", type=int, default=WARM_START_STEPS)
+    demo.add_argument("--max-seconds", type=float, default=240)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--force", action="store_true", help="rebuild even if --out holds the demo model")
+    demo.set_defaults(func=cmd_make_demo_model)
     key = sub.add_parser("trial-key", help="mint a trial key for the proxy (HMAC, no database)")
     key.add_argument("--run", required=True)
     key.add_argument("--trial", required=True)

@@ -7,6 +7,7 @@ imported; the app factory is named as ``module:function`` for that reason.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 
 from rlstack.common.logs import configure_logging
@@ -25,4 +26,7 @@ def run_service(settings_cls: type[ServiceSettings], app_factory: str, before_im
     build = getattr(importlib.import_module(module), name)
     from rlstack.common.server import serve
 
-    serve(build(settings), settings)
+    app = build(settings)
+    serve(app, settings)
+    # A service that ends its own work (a trainer with exit_when_done) reports failure here.
+    sys.exit(getattr(getattr(app, "state", None), "exit_code", 0))

@@ -31,4 +31,10 @@ def build_app(settings: EnvSettings) -> FastAPI:
 
     app = create_app(service="env", registry=registry, ready=lambda: (runner.registered, {"env_id": runner.env_id}), lifespan=lifespan)
     app.state.runner = runner
+
+    @app.post("/evaluate", tags=["env"])
+    async def evaluate() -> dict:
+        """Greedy held-out accuracy of the policy being served now."""
+        return await runner.evaluate()
+
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, HttpUrl, SecretStr
@@ -14,8 +15,10 @@ class EnvSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RLSTACK_ENV_", cli_prog_name="rlstack.envs")
 
     port: int = Field(default=8300, ge=0, le=65535)
-    task: Literal["arithmetic"] = "arithmetic"
+    task: Literal["arithmetic", "gsm8k"] = "arithmetic"
     """Which task this server runs."""
+    dataset_path: Path | None = None
+    """gsm8k: a local JSONL of question/answer rows; unset tries Hugging Face, then the bundled samples."""
     name: str = "arithmetic"
     """Name registered with the batcher (Atropos' desired_name)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
@@ -39,3 +42,5 @@ class EnvSettings(ServiceSettings):
     max_operand: int = Field(default=20, ge=1)
     format_reward: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
+    heldout_size: int = Field(default=64, ge=0)
+    """Problems kept out of training and answered greedily by POST /evaluate."""

@@ -11,17 +11,17 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlstack.common.http import request_with_retries
-from rlstack.envs.arithmetic import ArithmeticConfig, Problem, problems, reward
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.rollout import build_group, completion_parts
+from rlstack.envs.tasks import build_task
 
 log = logging.getLogger(__name__)
-SYSTEM_PROMPT = "Answer with the number only."
 
 
 class EnvMetrics:
@@ -36,9 +36,8 @@ class EnvRunner:
     def __init__(self, settings: EnvSettings, metrics: EnvMetrics) -> None:
         self.s = settings
         self.metrics = metrics
-        self.task = ArithmeticConfig(difficulty=settings.difficulty, max_operand=settings.max_operand,
-                                     format_reward=settings.format_reward, seed=settings.seed)
-        self.problems: Iterator[Problem] = problems(self.task)
+        self.task = build_task(settings)
+        self.problems: Iterator[Any] = self.task.stream()
         self.env_id: int | None = None
         self.batch_size: int | None = None
         self.recent_rewards: deque[float] = deque(maxlen=100)
@@ -80,24 +79,43 @@ class EnvRunner:
 
         return mint(self.s.trial_key_secret.get_secret_value(), self.s.run_id, trial)
 
-    async def rollout(self, problem: Problem, trial: str) -> dict:
+    async def rollout(self, problem: Any, trial: str) -> dict:
         """One group: n = group_size completions of one problem, scored, as a ScoredData dict."""
         version = await self.weight_version()  # read before sampling: the oldest weights that may answer
         body = {"model": self.s.served_model, "n": self.s.group_size, "max_tokens": self.s.max_tokens,
                 "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem.question}]}
-        r = await self.proxy.post(f"/trials/{self.s.run_id}/{trial}/v1/chat/completions", json=body,
-                                  headers={"Authorization": f"Bearer {self._trial_key(trial)}"})
-        r.raise_for_status()
-        response = r.json()
+                "messages": self.task.messages(problem)}
+        response = await self._complete(trial, body)
         texts = [completion_parts(c)[2] for c in sorted(response["choices"], key=lambda c: c.get("index", 0))]
-        scores = [reward(t, problem, self.task) for t in texts]
+        scores = [self.task.score(t, problem) for t in texts]
         self.recent_rewards.extend(scores)
         self.metrics.rollouts.labels(self.s.name).inc(len(scores))
         self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
         group = build_group(response, scores, version)
         group["env_id"] = self.env_id
         return group
+
+    async def _complete(self, trial: str, body: dict) -> dict:
+        r = await self.proxy.post(f"/trials/{self.s.run_id}/{trial}/v1/chat/completions", json=body,
+                                  headers={"Authorization": f"Bearer {self._trial_key(trial)}"})
+        r.raise_for_status()
+        return r.json()
+
+    async def evaluate(self) -> dict:
+        """Greedy accuracy on the held-out set, through the proxy like any rollout (trial ``eval``)."""
+        version = await self.weight_version()
+        limit = asyncio.Semaphore(self.s.workers)
+
+        async def answer(problem: Any) -> bool:
+            body = {"model": self.s.served_model, "max_tokens": self.s.max_tokens, "temperature": 0.0,
+                    "messages": self.task.messages(problem)}
+            async with limit:
+                response = await self._complete(f"{self.s.name}-eval", body)
+            return self.task.score(response["choices"][0]["message"].get("content") or "", problem) >= 1.0
+
+        held = self.task.heldout()
+        right = await asyncio.gather(*(answer(p) for p in held))
+        return {"accuracy": sum(right) / max(1, len(held)), "problems": len(held), "weight_version": version}
 
     async def post(self, group: dict) -> None:
         r = await request_with_retries(self.batcher, "POST", "/scored_data", json=group, attempts=6, max_delay=10)

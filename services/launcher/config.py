@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
@@ -28,6 +28,12 @@ class ServiceSpec(BaseModel):
     ready_path: str = "/readyz"
     """Polled until it answers 200 before the next service starts."""
     ready_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    extra_ports: list[str] = Field(default_factory=list)
+    """More free ports this service needs, named; ``{<service>.<name>}`` gives the number (e.g. vLLM's own port)."""
+    python: str | None = None
+    """Interpreter to start it with (a per-image venv such as .venv-vllm/bin/python); this one when unset."""
+    status_path: str | None = None
+    """JSON progress (step/steps/...) drawn as a live line while the run waits on this service."""
 
 
 class RunConfig(BaseModel):
@@ -38,6 +44,8 @@ class RunConfig(BaseModel):
     runs_dir: Path = Path("runs")
     services: list[ServiceSpec] = Field(min_length=1)
     """Started in this order, each gated on the previous one's readiness."""
+    until: str | None = None
+    """The service whose exit ends the run (exit 0: success); unset, the stack runs until Ctrl-C."""
 
     @field_validator("services")
     @classmethod
@@ -47,6 +55,12 @@ class RunConfig(BaseModel):
         if duplicates:
             raise ValueError(f"service names must be unique, repeated: {duplicates}")
         return services
+
+    @model_validator(mode="after")
+    def _until_names_a_service(self) -> RunConfig:
+        if self.until is not None and self.until not in {s.name for s in self.services}:
+            raise ValueError(f"until names no service: {self.until!r}")
+        return self
 
     @classmethod
     def load(cls, path: Path) -> RunConfig:

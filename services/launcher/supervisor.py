@@ -61,9 +61,11 @@ class Supervisor:
         self.python = python
         self.running: dict[str, Running] = {}
         self.ports = {s.name: s.port or free_port() for s in config.services}
+        self.extra_ports = {s.name: {extra: free_port() for extra in s.extra_ports} for s in config.services}
 
     def _addresses(self) -> dict[str, SimpleNamespace]:
-        return {name: SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}") for name, port in self.ports.items()}
+        return {name: SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **self.extra_ports[name])
+                for name, port in self.ports.items()}
 
     def start_all(self) -> None:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -76,7 +78,10 @@ class Supervisor:
         env = {**os.environ, **{k: v.format(**addresses) for k, v in spec.env.items()}}
         log_path = self.run_dir / "logs" / f"{spec.name}.log"
         port = self.ports[spec.name]
-        cmd = [self.python, "-m", spec.module, "--port", str(port), *args]
+        python = str(Path(spec.python).absolute()) if spec.python else self.python
+        if not Path(python).exists():
+            raise ServiceFailed(f"{spec.name}: no interpreter at {python} (run `make setup`)")
+        cmd = [python, "-m", spec.module, "--port", str(port), *args]
         log.info("starting %s: %s", spec.name, " ".join(cmd[1:]))
         with log_path.open("ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -99,9 +104,9 @@ class Supervisor:
             time.sleep(0.2)
         raise ServiceFailed(f"{svc.spec.name} not ready after {svc.spec.ready_timeout_s}s:\n{log_tail(svc.log_path)}")
 
-    def check_alive(self) -> None:
+    def check_alive(self, except_for: str | None = None) -> None:
         for svc in self.running.values():
-            if svc.proc.poll() is not None:
+            if svc.spec.name != except_for and svc.proc.poll() is not None:
                 raise ServiceFailed(f"{svc.spec.name} died with {svc.proc.returncode}:\n{log_tail(svc.log_path)}")
 
     def stop_all(self, grace_s: float = 30.0) -> dict[str, int]:

@@ -28,9 +28,24 @@ class StepStats:
     reward_std: float
 
 
-def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    return token_logprobs(logits, targets)
+def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
+    """log p(target) per position ``[B, T]``.
+
+    With ``mask``, only the trained positions are projected onto the vocabulary (the rest are
+    0): in RL the prompt is most of every row, and the vocabulary projection most of a small
+    model's compute. Models whose head does more than a linear map (logit soft-capping) or
+    that expose no decoder take the full path.
+    """
+    decoder = getattr(model, "get_decoder", lambda: None)()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    plain_head = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
+    if mask is None or decoder is None or head is None or not plain_head:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, targets)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    picked = token_logprobs(head(hidden[mask]), targets[mask])
+    return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
 
 
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
@@ -50,7 +65,7 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
             continue
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logprobs = policy_logprobs(model, batch.input_ids[part].to(device), batch.attention_mask[part].to(device),
-                                       batch.targets[part].to(device))
+                                       batch.targets[part].to(device), mask)
         loss, stats = grpo_loss(logprobs, batch.inference_logprobs[part].to(device), batch.advantages[part].to(device), mask, config)
         # Token-mean over the whole batch: weight each micro-batch by its share of trained tokens.
         (loss * tokens / total_tokens).backward()

@@ -7,9 +7,9 @@ from typing import Any
 
 
 def make_group(size: int = 2, length: int = 8, env_id: int | None = 0, seed: int = 0, prompt_len: int = 2,
-               weight_version: int | None = None, logprobs: bool = True) -> dict[str, Any]:
+               weight_version: int | None = None, logprobs: bool = True, vocab: int = 50_000) -> dict[str, Any]:
     rng = random.Random(seed)
-    tokens = [[rng.randrange(1, 50_000) for _ in range(length)] for _ in range(size)]
+    tokens = [[rng.randrange(1, vocab) for _ in range(length)] for _ in range(size)]
     group: dict[str, Any] = {
         "tokens": tokens,
         "masks": [[-100] * prompt_len + row[prompt_len:] for row in tokens],

@@ -15,18 +15,11 @@ import time
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel
 
 from rlstack.common.registry_client import RegistryClient
+from rlstack.trainer.sync import SyncReport
 
 log = logging.getLogger(__name__)
-
-
-class SyncReport(BaseModel):
-    version: int
-    seconds: float
-    save_seconds: float
-    replicas: list[str]
 
 
 class FilesystemPublisher:
@@ -61,6 +54,9 @@ class FilesystemPublisher:
             (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
         finally:
             (await client.post(f"{url}/resume")).raise_for_status()
+
+    async def aclose(self) -> None:
+        await self.registry.aclose()
 
     def _prune(self, current: int) -> None:
         """Keep the last few versions (a replica may still be reading one); delete older ones."""

@@ -1,6 +1,13 @@
 from itertools import islice
 
-from rlstack.envs.arithmetic import ArithmeticConfig, Problem, parse_answer, problems, reward
+from rlstack.envs.arithmetic import (
+    ArithmeticConfig,
+    Problem,
+    heldout,
+    parse_answer,
+    problems,
+    reward,
+)
 
 
 def test_stream_is_seeded_and_answers_are_right():
@@ -31,3 +38,12 @@ def test_reward_exact_answer_and_format_bonus():
 
 def test_parse_negative_numbers():
     assert parse_answer("-12") == -12 and parse_answer("x") is None
+
+
+def test_heldout_set_is_fixed_distinct_and_never_in_the_stream():
+    config = ArithmeticConfig(seed=5, heldout_size=40)
+    held = heldout(config)
+    assert len(held) == 40 and len({p.question for p in held}) == 40
+    assert held == heldout(ArithmeticConfig(seed=9, heldout_size=40))  # the training seed does not move it
+    seen = {p.question for p in islice(problems(config), 3000)}
+    assert seen and not seen & {p.question for p in held}

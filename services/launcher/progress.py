@@ -1,0 +1,45 @@
+"""Waiting on a run's main service (the trainer) with a live progress line from its /status."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rlstack.launcher.supervisor import ServiceFailed, Supervisor, log_tail
+
+console = Console()
+
+
+def _describe(status: dict) -> str:
+    parts = [status.get("phase", "?")]
+    for key, label in (("reward_recent", "reward(10)"), ("loss", "loss"), ("staleness", "stale"), ("sync_seconds", "sync s")):
+        value = status.get(key)
+        if value is not None:
+            parts.append(f"{label} {value:.3f}" if key != "sync_seconds" else f"{label} {value:.2f}")
+    if status.get("weight_version") is not None:
+        parts.append(f"v{status['weight_version']}")
+    return "  ".join(parts)
+
+
+def wait_for(supervisor: Supervisor, name: str, poll_s: float = 1.0) -> int:
+    """Block until service ``name`` exits; returns its exit code. Any other service dying fails the run."""
+    svc = supervisor.running[name]
+    url = svc.url + svc.spec.status_path if svc.spec.status_path else None
+    columns = (TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=None)
+        while svc.proc.poll() is None:
+            supervisor.check_alive(except_for=name)
+            if url:
+                try:
+                    status = httpx.get(url, timeout=2).json()
+                    progress.update(task, total=status.get("steps"), completed=status.get("step", 0), description=_describe(status))
+                except (httpx.HTTPError, ValueError):
+                    pass
+            time.sleep(poll_s)
+    if svc.proc.returncode != 0:
+        raise ServiceFailed(f"{name} exited with {svc.proc.returncode}:\n{log_tail(svc.log_path)}")
+    return svc.proc.returncode

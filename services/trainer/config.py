@@ -1,0 +1,57 @@
+"""Trainer settings (env prefix ``RLSTACK_TRAINER_``, or the same fields as flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, HttpUrl, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from rlstack.common.settings import ServiceSettings
+from rlstack.trainer.loss import GRPOLossConfig
+
+SyncMode = Literal["filesystem", "none"]
+
+
+class TrainerSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_TRAINER_", cli_prog_name="rlstack.trainer", env_nested_delimiter="__")
+
+    port: int = Field(default=8400, ge=0, le=65535)
+    model: str = "models/demo"
+    """Hugging Face model directory the replicas started from (the policy at version 0)."""
+    served_model: str = "policy"
+    """Name the replicas serve the policy under (the registry filter for weight sync)."""
+    batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
+    batcher_token: SecretStr | None = None
+    registry_url: HttpUrl | None = None
+    """Where the replicas to sync are found; required unless sync_mode is none."""
+    replica_api_key: SecretStr | None = None
+    """vLLM's --api-key, for the weight-sync routes."""
+    run_dir: Path = Path("runs/trainer")
+    """Checkpoints, metrics.jsonl, summary.json and reward.png go here."""
+    weights_dir: Path | None = None
+    """Shared directory the replicas read published weights from; <run_dir>/weights when unset."""
+    trials_dir: Path | None = None
+    """The proxy's trajectory directory, counted into summary.json."""
+    eval_url: HttpUrl | None = None
+    """An env server whose POST /evaluate gives greedy held-out accuracy before the first and after the last step."""
+    steps: int = Field(default=60, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    """Sequences per optimiser step (the batcher's batch size)."""
+    micro_batch_size: int = Field(default=32, ge=1)
+    max_token_len: int = Field(default=2048, ge=16)
+    lr: float = Field(default=1e-4, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    loss: GRPOLossConfig = GRPOLossConfig()
+    sync_mode: SyncMode = "filesystem"
+    sync_every: int = Field(default=1, ge=1)
+    """Publish new weights every this many steps (and after the last)."""
+    checkpoint_every: int = Field(default=10, ge=1)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    torch_threads: int | None = Field(default=None, ge=1)
+    """CPU threads for torch; leave cores to vLLM when both share a machine."""
+    seed: int = 0
+    exit_when_done: bool = False
+    """Stop the process after the last step (a local run); a Deployment keeps serving /status instead."""

@@ -1,0 +1,254 @@
+"""The trainer's main loop: pull a batch, take a GRPO step, publish the weights, checkpoint.
+
+Runs as a task on the service's event loop; the CPU/GPU-bound parts (the step, saving) run in
+a worker thread so /healthz, /status and /metrics keep answering during a step. The weight
+version is the number of optimiser steps behind the weights, so a group stamped with version
+v and trained at step s is s - v steps stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+import torch
+from pydantic import BaseModel
+
+from rlstack.common.http import request_with_retries
+from rlstack.trainer import checkpoint
+from rlstack.trainer.batch import to_tensors
+from rlstack.trainer.config import TrainerSettings
+from rlstack.trainer.metrics import TrainerMetrics
+from rlstack.trainer.report import (
+    EvalResult,
+    StepRecord,
+    append_record,
+    count_trajectories,
+    plot,
+    read_records,
+    summarize,
+    write_summary,
+)
+from rlstack.trainer.step import grpo_step
+from rlstack.trainer.sync import WeightPublisher
+
+log = logging.getLogger(__name__)
+
+
+class TrainerStatus(BaseModel):
+    """``GET /status``: what ``rlstack up`` draws its progress line from."""
+
+    phase: str = "loading"
+    step: int = 0
+    steps: int
+    weight_version: int = 0
+    reward_mean: float | None = None
+    reward_recent: float | None = None
+    loss: float | None = None
+    staleness: float | None = None
+    sync_seconds: float | None = None
+    eval_before: EvalResult | None = None
+    eval_after: EvalResult | None = None
+    error: str | None = None
+
+
+def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
+    if settings.sync_mode == "none":
+        return None
+    if settings.registry_url is None:
+        raise ValueError("registry_url is required to sync weights (or set sync_mode=none)")
+    from rlstack.common.registry_client import RegistryClient
+    from rlstack.trainer.sync.filesystem import FilesystemPublisher
+
+    registry = RegistryClient(str(settings.registry_url))
+    key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
+    weights_dir = settings.weights_dir or settings.run_dir / "weights"
+    return FilesystemPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
+
+
+class TrainingLoop:
+    def __init__(self, settings: TrainerSettings, metrics: TrainerMetrics) -> None:
+        self.s = settings
+        self.metrics = metrics
+        self.status = TrainerStatus(steps=settings.steps)
+        self.registered = False
+        self.run_dir = settings.run_dir
+        self.checkpoints = self.run_dir / "checkpoints"
+        self.records_path = self.run_dir / "metrics.jsonl"
+        self.model = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.step = 0
+        self.weight_version = 0
+        self.started = time.monotonic()
+        headers = {"Authorization": f"Bearer {settings.batcher_token.get_secret_value()}"} if settings.batcher_token else {}
+        self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=headers, timeout=60)
+        self.publisher = build_publisher(settings)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        if self.s.torch_threads:
+            torch.set_num_threads(self.s.torch_threads)
+        torch.manual_seed(self.s.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resume = checkpoint.latest(self.checkpoints)
+        source = resume or self.s.model
+        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        if torch.cuda.is_available():
+            self.model = self.model.cuda()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.s.lr, weight_decay=self.s.weight_decay)
+        if resume is not None:
+            state = checkpoint.load_state(resume)
+            checkpoint.load_optimizer(resume, self.optimizer)
+            self.step, self.weight_version = state.step, state.weight_version
+            # Steps after the checkpoint were lost with the process: their records go too.
+            records = [r for r in read_records(self.records_path) if r.step <= self.step]
+            self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
+            log.info("resumed from %s at step %d", resume, self.step)
+
+    async def _register(self) -> None:
+        body = {"batch_size": self.s.batch_size, "max_token_len": self.s.max_token_len, "checkpoint_dir": str(self.checkpoints),
+                "save_checkpoint_interval": self.s.checkpoint_every, "starting_step": self.step, "num_steps": self.s.steps,
+                "wandb_group": "", "wandb_project": ""}
+        (await request_with_retries(self.batcher, "POST", "/register", json=body, attempts=30, max_delay=2)).raise_for_status()
+        self.registered = True
+
+    # -- evaluation --------------------------------------------------------------------------
+    async def _evaluate(self) -> EvalResult | None:
+        if self.s.eval_url is None:
+            return None
+        url = str(self.s.eval_url).rstrip("/") + "/evaluate"
+        async with httpx.AsyncClient(timeout=600) as client:
+            for _ in range(300):  # the env server starts after the trainer is ready
+                try:
+                    r = await client.post(url)
+                    if r.status_code == 200:
+                        return EvalResult.model_validate(r.json())
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(1.0)
+        log.warning("no evaluation from %s", url)
+        return None
+
+    async def _wait_for_registry(self, version: int, timeout: float = 30.0) -> None:
+        """Until every ready replica reports ``version`` (sidecars publish it on their next heartbeat)."""
+        if self.publisher is None or self.s.registry_url is None:
+            return
+        url = str(self.s.registry_url).rstrip("/") + "/v1/endpoints"
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=10) as client:
+            while time.monotonic() < deadline:
+                endpoints = (await client.get(url, params={"model": self.s.served_model, "ready": "true"})).json()["endpoints"]
+                if endpoints and all(e.get("weight_version") == version for e in endpoints):
+                    return
+                await asyncio.sleep(0.2)
+        log.warning("registry does not show weight version %d on every replica after %.0fs", version, timeout)
+
+    # -- training ----------------------------------------------------------------------------
+    async def _next_batch(self) -> tuple[list[dict], float]:
+        start = time.monotonic()
+        while True:
+            reply = (await request_with_retries(self.batcher, "GET", "/batch", attempts=10, max_delay=2)).json()
+            if reply.get("batch"):
+                waited = time.monotonic() - start
+                self.metrics.batch_wait_seconds.inc(waited)
+                return reply["batch"], waited
+            await asyncio.sleep(0.05)
+
+    async def _publish(self) -> float | None:
+        if self.publisher is None:
+            self.weight_version = self.step
+            return None
+        report = await self.publisher.publish(self.model, self.step)
+        self.weight_version = report.version
+        self.metrics.sync_seconds.observe(report.seconds)
+        self.metrics.weight_version.set(report.version)
+        return report.seconds
+
+    async def train_one(self) -> StepRecord:
+        groups, waited = await self._next_batch()
+        batch = to_tensors(groups)
+        stats = await asyncio.to_thread(grpo_step, self.model, self.optimizer, batch, self.s.loss,
+                                        self.s.micro_batch_size, self.s.max_grad_norm)
+        stale = [max(0, self.step - v) for v in batch.weight_versions if v is not None]
+        self.step += 1
+        sync_seconds = None
+        if self.step % self.s.sync_every == 0 or self.step == self.s.steps:
+            sync_seconds = await self._publish()
+        record = StepRecord(
+            step=self.step, weight_version=self.weight_version, loss=stats.loss, reward_mean=stats.reward_mean,
+            reward_std=stats.reward_std, kl=stats.kl, clip_fraction=stats.clip_fraction, ratio_mean=stats.ratio_mean,
+            grad_norm=stats.grad_norm, tokens=stats.tokens, step_seconds=stats.seconds,
+            tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
+            staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
+        )
+        append_record(self.records_path, record)
+        if self.step % self.s.checkpoint_every == 0 or self.step == self.s.steps:
+            state = checkpoint.CheckpointState(step=self.step, weight_version=self.weight_version)
+            await asyncio.to_thread(checkpoint.save, self.checkpoints, self.model, self.optimizer, state, self.s.keep_checkpoints)
+        self._observe(record)
+        return record
+
+    def _observe(self, r: StepRecord) -> None:
+        m = self.metrics
+        m.step.set(r.step)
+        m.loss.set(r.loss)
+        m.reward_mean.set(r.reward_mean)
+        m.reward_std.set(r.reward_std)
+        m.kl.set(r.kl)
+        m.clip_fraction.set(r.clip_fraction)
+        m.grad_norm.set(r.grad_norm)
+        m.staleness.set(r.staleness_mean)
+        m.tokens_per_second.set(r.tokens_per_second)
+        m.tokens.inc(r.tokens)
+        m.step_seconds.observe(r.step_seconds)
+        recent = [x.reward_mean for x in read_records(self.records_path)[-10:]]
+        self.status = self.status.model_copy(update={
+            "phase": "training", "step": r.step, "weight_version": self.weight_version, "reward_mean": r.reward_mean,
+            "reward_recent": statistics.fmean(recent) if recent else None, "loss": r.loss, "staleness": r.staleness_mean,
+            "sync_seconds": r.sync_seconds if r.sync_seconds is not None else self.status.sync_seconds})
+        log.info("step %d/%d reward %.3f loss %.4f clip %.3f stale %.1f sync %s", r.step, self.s.steps, r.reward_mean, r.loss,
+                 r.clip_fraction, r.staleness_mean, f"{r.sync_seconds:.2f}s" if r.sync_seconds is not None else "-")
+
+    async def run(self) -> None:
+        await asyncio.to_thread(self._load)
+        self.status.phase, self.status.step = "registering", self.step
+        await self._register()
+        if self.step > 0:
+            await self._publish()  # replicas may have restarted on older weights
+        eval_before_path = self.run_dir / "eval_before.json"
+        if self.step == 0:
+            self.status.phase = "evaluating"
+            self.status.eval_before = await self._evaluate()
+            if self.status.eval_before is not None:
+                eval_before_path.write_text(self.status.eval_before.model_dump_json())
+        elif eval_before_path.exists():
+            self.status.eval_before = EvalResult.model_validate_json(eval_before_path.read_text())
+        self.status.phase = "training"
+        while self.step < self.s.steps:
+            await self.train_one()
+        self.status.phase = "evaluating"
+        await self._wait_for_registry(self.weight_version)
+        self.status.eval_after = await self._evaluate()
+        self.finish()
+
+    def finish(self) -> None:
+        records = read_records(self.records_path)
+        summary = summarize(records, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
+                            sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
+                            model=str(self.s.model), seconds=time.monotonic() - self.started)
+        write_summary(self.run_dir / "summary.json", summary)
+        if records:
+            plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync_mode} sync)")
+        self.status.phase = "done"
+        log.info("done: %s", summary.model_dump_json())
+
+    async def aclose(self) -> None:
+        await self.batcher.aclose()
+        if self.publisher is not None:
+            await self.publisher.aclose()
