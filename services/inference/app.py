@@ -29,6 +29,8 @@ class Replica:
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         self.vllm = VllmProcess(argv, env, str(settings.advertise_url), settings.served_model_name, api_key)
         self.weight_version = settings.weight_version
+        self.adapter: str | None = None
+        """The lora adapter serving the policy (lora sync mode); the proxy routes to it."""
         self.registered = False
         token = settings.registry_token.get_secret_value() if settings.registry_token else None
         self.registry = RegistryClient(str(settings.registry_url), token) if settings.registry_url else None
@@ -38,7 +40,7 @@ class Replica:
         s = self.settings
         return EndpointRegistration(
             url=s.advertise_url, model=s.served_model_name, weight_version=self.weight_version, dp_rank=s.dp_rank,
-            labels={"device": s.device}, ttl_seconds=3 * s.heartbeat_seconds,
+            labels={"device": s.device, **({"adapter": self.adapter} if self.adapter else {})}, ttl_seconds=3 * s.heartbeat_seconds,
         )
 
     async def run(self) -> None:
@@ -68,14 +70,15 @@ class Replica:
             await asyncio.sleep(self.settings.heartbeat_seconds)
 
     async def _refresh_weight_version(self) -> None:
-        """Read the version the trainer stored with the weights (vLLM's worker), if any."""
+        """Read the version (and lora adapter) the trainer stored with the weights in vLLM's worker."""
         try:
             async with httpx.AsyncClient(timeout=5) as client:
-                r = await client.post(f"{self.vllm.base_url}/collective_rpc", json={"method": "rlstack_weight_version"},
+                r = await client.post(f"{self.vllm.base_url}/collective_rpc", json={"method": "rlstack_weight_state"},
                                       headers=self.vllm.headers)
-            versions = [v for v in r.json().get("results", []) if v is not None]
-            if versions:
-                self.weight_version = min(int(v) for v in versions)
+            states = [v for v in r.json().get("results", []) if isinstance(v, dict) and v.get("version") is not None]
+            if states:
+                self.weight_version = min(int(v["version"]) for v in states)
+                self.adapter = states[0].get("adapter")
         except (httpx.HTTPError, ValueError) as exc:
             log.debug("weight version not readable: %s", exc)
 

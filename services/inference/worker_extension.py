@@ -22,10 +22,15 @@ class RLStackWorkerExtension:
     def rlstack_ping(self) -> str:
         return "pong"
 
-    def rlstack_set_weight_version(self, version: int) -> int:
-        """Remember which policy version these weights are: the version lives with the weights."""
+    def rlstack_set_weight_version(self, version: int, adapter: str | None = None) -> int:
+        """Remember which policy version these weights are (and, in lora mode, which adapter
+        serves it): the version lives with the weights."""
         self._rlstack_weight_version = int(version)  # type: ignore[attr-defined]
+        self._rlstack_adapter = adapter  # type: ignore[attr-defined]
         return self._rlstack_weight_version
 
     def rlstack_weight_version(self) -> int | None:
         return getattr(self, "_rlstack_weight_version", None)
+
+    def rlstack_weight_state(self) -> dict:
+        return {"version": getattr(self, "_rlstack_weight_version", None), "adapter": getattr(self, "_rlstack_adapter", None)}

@@ -59,7 +59,8 @@ class ReplicaView:
 def model_list(view: ReplicaView, api_key: str | None, timeout: float) -> tuple[list[dict], list[dict]]:
     deployments, fallbacks = [], []
     for rid, e in view.endpoints.items():
-        params = {"model": f"hosted_vllm/{view.served_model}", "api_base": str(e.url).rstrip("/") + "/v1",
+        upstream = e.labels.get("adapter") or view.served_model  # lora sync: the newest adapter serves the policy
+        params = {"model": f"hosted_vllm/{upstream}", "api_base": str(e.url).rstrip("/") + "/v1",
                   "api_key": api_key or "none", "timeout": timeout}
         deployments.append({"model_name": view.served_model, "litellm_params": params, "model_info": {"id": rid}})
         deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})

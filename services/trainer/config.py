@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, HttpUrl, SecretStr
+from pydantic import Field, HttpUrl, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.settings import ServiceSettings
 from rlstack.trainer.loss import GRPOLossConfig
 
-SyncMode = Literal["filesystem", "none"]
+SyncMode = Literal["filesystem", "lora", "none"]
 
 
 class TrainerSettings(ServiceSettings):
@@ -46,6 +46,10 @@ class TrainerSettings(ServiceSettings):
     max_grad_norm: float = Field(default=1.0, gt=0)
     loss: GRPOLossConfig = GRPOLossConfig()
     sync_mode: SyncMode = "filesystem"
+    lora_rank: int | None = Field(default=None, ge=1, le=256)
+    """Train a peft LoRA adapter of this rank instead of every weight; required by sync_mode=lora."""
+    lora_alpha: int = Field(default=32, ge=1)
+    lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     sync_every: int = Field(default=1, ge=1)
     """Publish new weights every this many steps (and after the last)."""
     checkpoint_every: int = Field(default=10, ge=1)
@@ -55,3 +59,11 @@ class TrainerSettings(ServiceSettings):
     seed: int = 0
     exit_when_done: bool = False
     """Stop the process after the last step (a local run); a Deployment keeps serving /status instead."""
+
+    @model_validator(mode="after")
+    def _sync_mode_matches_training(self) -> TrainerSettings:
+        if self.sync_mode == "lora" and self.lora_rank is None:
+            raise ValueError("sync_mode=lora trains an adapter: set lora_rank")
+        if self.sync_mode == "filesystem" and self.lora_rank is not None:
+            raise ValueError("sync_mode=filesystem publishes full weights; with lora_rank use sync_mode=lora")
+        return self

@@ -62,12 +62,34 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
     if settings.registry_url is None:
         raise ValueError("registry_url is required to sync weights (or set sync_mode=none)")
     from rlstack.common.registry_client import RegistryClient
-    from rlstack.trainer.sync.filesystem import FilesystemPublisher
 
     registry = RegistryClient(str(settings.registry_url))
     key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
     weights_dir = settings.weights_dir or settings.run_dir / "weights"
+    if settings.sync_mode == "lora":
+        from rlstack.trainer.sync.lora import LoraPublisher
+
+        return LoraPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
+    from rlstack.trainer.sync.filesystem import FilesystemPublisher
+
     return FilesystemPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
+
+
+def load_policy(settings: TrainerSettings, resume: Path | None):  # noqa: ANN201 - a transformers or peft model
+    """The base model, with a trainable LoRA adapter when ``lora_rank`` is set (resumed from
+    ``resume`` when given: full weights, or the adapter over the base)."""
+    from transformers import AutoModelForCausalLM
+
+    if settings.lora_rank is None:
+        return AutoModelForCausalLM.from_pretrained(resume or settings.model, dtype=torch.float32)
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=torch.float32)
+    if resume is not None:
+        return PeftModel.from_pretrained(base, resume, is_trainable=True)
+    config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=settings.lora_target_modules,
+                        lora_dropout=0.0, task_type="CAUSAL_LM")
+    return get_peft_model(base, config)
 
 
 class TrainingLoop:
@@ -90,18 +112,16 @@ class TrainingLoop:
 
     # -- set-up ------------------------------------------------------------------------------
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM
-
         if self.s.torch_threads:
             torch.set_num_threads(self.s.torch_threads)
         torch.manual_seed(self.s.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resume = checkpoint.latest(self.checkpoints)
-        source = resume or self.s.model
-        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        self.model = load_policy(self.s, resume)
         if torch.cuda.is_available():
             self.model = self.model.cuda()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.s.lr, weight_decay=self.s.weight_decay)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=self.s.lr, weight_decay=self.s.weight_decay)
         if resume is not None:
             state = checkpoint.load_state(resume)
             checkpoint.load_optimizer(resume, self.optimizer)

@@ -47,3 +47,11 @@ def test_by_url_matches_full_route_urls():
     view, _, _ = make(2)
     assert view.by_url("http://127.0.0.1:9001/v1/chat/completions").id == "r1"
     assert view.by_url("http://127.0.0.1:9999/v1") is None
+
+
+def test_a_replica_serving_a_lora_adapter_gets_the_policy_routed_to_it():
+    view, _, _ = make(2)
+    view.endpoints["r1"] = view.endpoints["r1"].model_copy(update={"labels": {"adapter": "policy-lora-v3"}})
+    deployments, _ = model_list(view, None, 60)
+    upstream = {d["model_info"]["id"]: d["litellm_params"]["model"] for d in deployments}
+    assert upstream["r0"] == "hosted_vllm/policy" and upstream["r1"] == upstream["r1@pinned"] == "hosted_vllm/policy-lora-v3"

@@ -1,0 +1,76 @@
+"""The ``lora`` weight-sync mode: the trainer trains a peft adapter; replicas load each version
+at runtime under its own name, and the proxy routes the policy's name to the newest.
+
+Per replica: ``/v1/load_lora_adapter`` (vLLM's runtime LoRA, enabled by the sidecar with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING``), then the version and adapter name are stored in the
+worker extension; the sidecar's next heartbeat puts ``labels.adapter`` in the registry and the
+proxy's discovery points the policy's deployments at it. Requests already routed keep the
+previous adapter, so the one before it is unloaded (vLLM holds ``max_loras`` at once). Only the
+adapter moves: megabytes instead of the whole model, and no pause is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+
+from rlstack.common.registry_client import RegistryClient
+from rlstack.trainer.sync import SyncReport
+
+log = logging.getLogger(__name__)
+
+
+def adapter_name(served_model: str, version: int) -> str:
+    return f"{served_model}-lora-v{version}"
+
+
+class LoraPublisher:
+    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model: str, replica_api_key: str | None = None) -> None:
+        self.shared_dir = shared_dir
+        self.registry = registry
+        self.served_model = served_model
+        self.headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.loaded: dict[str, list[str]] = {}
+        """Adapters each replica holds, oldest first (by replica URL)."""
+
+    async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a peft PeftModel
+        start = time.perf_counter()
+        path = self.shared_dir / f"v{version:06d}"
+        await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
+        saved = time.perf_counter() - start
+        endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
+        name = adapter_name(self.served_model, version)
+        async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
+            await asyncio.gather(*(self._load(client, str(e.url).rstrip("/"), name, path, version) for e in endpoints))
+        self._prune(keep={p for names in self.loaded.values() for p in names})
+        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=[e.id for e in endpoints])
+        log.info("adapter %s on %d replica(s) in %.2fs", name, len(endpoints), report.seconds)
+        return report
+
+    async def _load(self, client: httpx.AsyncClient, url: str, name: str, path: Path, version: int) -> None:
+        body = {"lora_name": name, "lora_path": str(path.resolve())}
+        r = await client.post(f"{url}/v1/load_lora_adapter", json=body)
+        if r.status_code != 200:
+            raise RuntimeError(f"{url} refused adapter {name}: {r.status_code} {r.text[:300]}")
+        rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version, "adapter": name}}
+        (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
+        held = self.loaded.setdefault(url, [])
+        held.append(name)
+        while len(held) > 2:  # the newest serves, the previous finishes what was routed to it
+            old = held.pop(0)
+            r = await client.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": old})
+            if r.status_code != 200:
+                log.warning("%s kept adapter %s: %s", url, old, r.text[:200])
+
+    def _prune(self, keep: set[str]) -> None:
+        for directory in sorted(p for p in self.shared_dir.glob("v*") if p.is_dir())[:-2]:
+            if adapter_name(self.served_model, int(directory.name[1:])) not in keep:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        await self.registry.aclose()

@@ -1,0 +1,18 @@
+import pytest
+from pydantic import ValidationError
+
+from rlstack.trainer.config import TrainerSettings
+
+
+def test_sync_mode_must_match_what_is_trained():
+    with pytest.raises(ValidationError, match="set lora_rank"):
+        TrainerSettings(sync_mode="lora")
+    with pytest.raises(ValidationError, match="use sync_mode=lora"):
+        TrainerSettings(sync_mode="filesystem", lora_rank=8)
+    assert TrainerSettings(sync_mode="lora", lora_rank=8).lora_rank == 8
+
+
+def test_loss_settings_nest_from_flags_and_env(monkeypatch):
+    monkeypatch.setenv("RLSTACK_TRAINER_LOSS__KL_COEF", "0.05")
+    settings = TrainerSettings.from_cli(["--loss.clip-high", "0.3", "--sync-mode", "none"])
+    assert settings.loss.clip_high == 0.3 and settings.loss.kl_coef == 0.05
