@@ -3,7 +3,15 @@ from itertools import islice
 
 import pytest
 
-from rlstack.envs.gsm8k import SAMPLES, GSM8KConfig, GSM8KTask, extract_answer, load, reference_answer, to_number
+from rlstack.envs.gsm8k import (
+    SAMPLES,
+    GSM8KConfig,
+    GSM8KTask,
+    extract_answer,
+    load,
+    reference_answer,
+    to_number,
+)
 
 
 def test_bundled_samples_parse_and_answers_are_numbers():
