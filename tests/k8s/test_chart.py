@@ -1,0 +1,142 @@
+"""The Helm chart, checked as far as no API server allows: lint, schema validation for
+Kubernetes 1.31 and 1.35, and the relationships between rendered objects that a schema cannot
+see (selectors, ports, probes, security, RBAC, NetworkPolicies)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.k8s.conftest import CHART, VALUES, by_kind, helm, render
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_helm_lint_strict_passes_for_every_values_file():
+    for values in VALUES:
+        done = helm("lint", "--strict", str(CHART), "-f", str(CHART / values))
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("version", ["1.31.0", "1.35.0"])
+@pytest.mark.parametrize("values", VALUES)
+def test_rendered_objects_validate_strictly(values, version, tmp_manifest):
+    tmp_manifest.write_text(render(values))
+    done = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, str(tmp_manifest)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_service_selects_a_deployment_and_its_ports_exist(rendered):
+    _, objects = rendered
+    deployments = by_kind(objects, "Deployment")
+    assert {d["metadata"]["name"].removeprefix("rl-rlstack-") for d in deployments} >= {
+        "registry", "batcher", "proxy", "inference", "trainer", "env-arithmetic"}
+    for svc in by_kind(objects, "Service"):
+        targets = [d for d in deployments if selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        assert len(targets) == 1, svc["metadata"]["name"]
+        ports = {p["name"]: p["containerPort"] for p in targets[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        for port in svc["spec"]["ports"]:
+            assert ports[port["targetPort"]] == port["port"]
+
+
+def test_deployments_select_their_own_pods_and_probe_real_ports(rendered):
+    _, objects = rendered
+    for d in by_kind(objects, "Deployment"):
+        pod = d["spec"]["template"]
+        assert selects(d["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
+        for c in pod["spec"]["containers"]:
+            names = {p["name"] for p in c["ports"]}
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                if probe in c:
+                    assert c[probe]["httpGet"]["port"] in names
+            assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert c["command"][:2] == ["python", "-m"] and c["command"][2].startswith("rlstack.")
+
+
+def test_every_container_is_locked_down_and_sized(rendered):
+    _, objects = rendered
+    for d in by_kind(objects, "Deployment"):
+        spec = d["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]
+            assert {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"} <= set(d["metadata"]["labels"])
+
+
+def test_gpu_values_request_gpus_and_inference_waits_for_the_model(rendered):
+    values, objects = rendered
+    inference = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-inference"))
+    container = inference["spec"]["template"]["spec"]["containers"][0]
+    gpus = container["resources"]["limits"].get("nvidia.com/gpu")
+    assert (gpus is None) == (values == "values-cpu.yaml")
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/readyz" and startup["periodSeconds"] * startup["failureThreshold"] >= 600
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RLSTACK_INFERENCE_ADVERTISE_URL"].startswith("http://$(POD_IP):")
+
+
+def test_secrets_are_referenced_never_inlined(rendered):
+    _, objects = rendered
+    assert not by_kind(objects, "Secret")
+    for d in by_kind(objects, "Deployment"):
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]:
+            if any(word in e["name"] for word in ("TOKEN", "SECRET")):
+                assert "secretKeyRef" in e["valueFrom"], e["name"]
+
+
+def test_rbac_is_namespaced_and_grants_exactly_the_sandbox_and_registry_calls(rendered):
+    _, objects = rendered
+    assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
+    roles = {r["metadata"]["name"].removeprefix("rl-rlstack-"): r["rules"] for r in by_kind(objects, "Role")}
+    grants = {name: {(res, verb) for rule in rules for res in rule["resources"] for verb in rule["verbs"]} for name, rules in roles.items()}
+    assert grants == {
+        "sandbox-manager": {("pods", v) for v in ("create", "get", "list", "watch", "delete")} | {("pods/log", "get")},
+        "registry": {("pods", "list"), ("pods", "watch")},
+    }
+    deployments = {d["metadata"]["name"].removeprefix("rl-rlstack-"): d["spec"]["template"]["spec"] for d in by_kind(objects, "Deployment")}
+    assert deployments["env-arithmetic"]["serviceAccountName"] == "rl-rlstack-sandbox-manager"
+    assert deployments["registry"]["serviceAccountName"] == "rl-rlstack-registry"
+    assert all(spec.get("automountServiceAccountToken") is False for name, spec in deployments.items()
+               if name not in ("env-arithmetic", "registry"))
+
+
+def test_network_policies_select_what_they_claim(rendered):
+    _, objects = rendered
+    pods = {d["metadata"]["name"].removeprefix("rl-rlstack-"): d["spec"]["template"]["metadata"]["labels"] for d in by_kind(objects, "Deployment")}
+    policies = {p["metadata"]["name"].removeprefix("rl-rlstack-"): p["spec"] for p in by_kind(objects, "NetworkPolicy")}
+
+    sandbox = policies["sandboxes"]
+    assert sandbox["podSelector"]["matchExpressions"] == [{"key": "harbor-run", "operator": "Exists"}]
+    assert not any("harbor-run" in labels for labels in pods.values())  # no rlstack service is caught by it
+    proxy_rule, dns_rule = sandbox["egress"]
+    assert [n for n, labels in pods.items() if selects(proxy_rule["to"][0]["podSelector"]["matchLabels"], labels)] == ["proxy"]
+    assert {p["port"] for p in dns_rule["ports"]} == {53}
+
+    inference = policies["inference"]
+    assert [n for n, labels in pods.items() if selects(inference["podSelector"]["matchLabels"], labels)] == ["inference"]
+    vllm_rule = next(r for r in inference["ingress"] if r["ports"][0]["port"] == 8001)
+    allowed = {n for n, labels in pods.items() for peer in vllm_rule["from"] if selects(peer["podSelector"]["matchLabels"], labels)}
+    assert allowed == {"proxy", "trainer", "registry"}
+
+
+def test_dashboards_ship_in_a_sidecar_configmap(rendered):
+    _, objects = rendered
+    configmap = next(c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-dashboards"))
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert set(configmap["data"]) == {"training.json", "batcher.json", "inference.json", "proxy.json"}
+    for text in configmap["data"].values():
+        assert json.loads(text)["panels"]
+
+
+def test_service_monitor_renders_when_enabled():
+    text = render("values.yaml", "--set", "serviceMonitor.enabled=true")
+    assert "kind: ServiceMonitor" in text
