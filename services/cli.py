@@ -108,6 +108,25 @@ def cmd_make_demo_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlstack.ops.doctor import DoctorConfig, run_checks
+
+    config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
+                          served_model=args.served_model, trial_key=args.trial_key, run_prefix=args.run_prefix,
+                          namespace=args.namespace)
+    checks = run_checks(config)
+    table = Table(title="rlstack doctor")
+    for col in ("check", "ok", "detail", "likely cause / remedy"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(c.name, "[green]yes[/]" if c.ok else "[red]NO[/]", c.detail, c.remedy)
+    Console(width=160).print(table)
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def cmd_trial_key(args: argparse.Namespace) -> int:
     import os
 
@@ -142,6 +161,15 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if --out holds the demo model")
     demo.set_defaults(func=cmd_make_demo_model)
+    doctor = sub.add_parser("doctor", help="walk the health chain (proxy, replicas, batcher, GPUs, sandboxes) and explain failures")
+    doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
+    doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")
+    doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000")
+    doctor.add_argument("--served-model", default="policy")
+    doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
+    doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs kubectl)")
+    doctor.add_argument("--namespace")
+    doctor.set_defaults(func=cmd_doctor)
     key = sub.add_parser("trial-key", help="mint a trial key for the proxy (HMAC, no database)")
     key.add_argument("--run", required=True)
     key.add_argument("--trial", required=True)

@@ -1,0 +1,163 @@
+"""``rlstack doctor``: the health chain, local or in a cluster, each failure with a likely cause.
+
+Order matters: proxy alive -> a real completion through the proxy -> replicas registered and
+ready (with weight versions) -> batcher queue and step -> GPUs (where nvidia-smi exists) ->
+sandbox pods of a run (where kubectl can see them). A check that fails says what that symptom
+usually means and what to do, so the first red line is where to look.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+import httpx
+from pydantic import BaseModel, HttpUrl
+
+
+class DoctorConfig(BaseModel):
+    proxy_url: HttpUrl = HttpUrl("http://127.0.0.1:4000")
+    registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
+    batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
+    served_model: str = "policy"
+    trial_key: str | None = None
+    run_prefix: str | None = None
+    """Check the sandbox pods labelled harbor-run=<prefix> (needs kubectl)."""
+    namespace: str | None = None
+    timeout_s: float = 30.0
+    stuck_after_s: float = 600.0
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    remedy: str = ""
+
+
+def _url(base: HttpUrl, path: str) -> str:
+    return str(base).rstrip("/") + path
+
+
+def explain(exc: Exception, service: str) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        if service == "proxy":
+            return "connection refused: the proxy is not running or not reachable (port-forward? Service name?)"
+        return f"connection refused: {service} is down or its URL is wrong"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{service} timed out: overloaded, or a replica is stuck generating (check vLLM's waiting requests)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_proxy_alive(c: DoctorConfig, client: httpx.Client) -> Check:
+    try:
+        r = client.get(_url(c.proxy_url, "/healthz"))
+        return Check("proxy alive", r.status_code == 200, f"HTTP {r.status_code}")
+    except httpx.HTTPError as exc:
+        return Check("proxy alive", False, type(exc).__name__, explain(exc, "proxy"))
+
+
+def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
+    headers = {"Authorization": f"Bearer {c.trial_key or 'doctor'}"}
+    body = {"model": c.served_model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+    try:
+        start = time.perf_counter()
+        r = client.post(_url(c.proxy_url, "/trials/doctor/ping/v1/chat/completions"), json=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return Check("completion through proxy", False, type(exc).__name__, explain(exc, "proxy"))
+    took = time.perf_counter() - start
+    if r.status_code == 200:
+        return Check("completion through proxy", True, f"{c.served_model!r} answered in {took:.2f}s")
+    remedies = {
+        401: "trial key refused: mint one with `rlstack trial-key` and the proxy's secret (--trial-key)",
+        403: "trial key names another run or trial than the path",
+        404: "model-name mismatch: the proxy serves another name; compare --served-model with the replicas' served name",
+        400: "the proxy refused the request shape (see detail)",
+        503: "no replica ready behind the proxy: check the registry line below",
+    }
+    return Check("completion through proxy", False, f"HTTP {r.status_code}: {r.text[:160]}",
+                 remedies.get(r.status_code, "see the proxy's log"))
+
+
+def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
+    try:
+        endpoints = client.get(_url(c.registry_url, "/v1/endpoints")).json()["endpoints"]
+    except httpx.HTTPError as exc:
+        return Check("replicas registered", False, type(exc).__name__, explain(exc, "registry"))
+    ours = [e for e in endpoints if e["model"] == c.served_model]
+    ready = [e for e in ours if e["ready"]]
+    detail = ", ".join(f"{e['id']} v{e['weight_version']}{'' if e['ready'] else ' (not ready)'}" for e in ours) or "none"
+    if not ours:
+        return Check("replicas registered", False, detail,
+                     "no replica registered: replicas still loading (sidecar /readyz), or they cannot reach the registry URL")
+    if not ready:
+        return Check("replicas registered", False, detail,
+                     "registered but not ready: the registry cannot reach vLLM's URL or /v1/models lacks the model (advertise URL? NetworkPolicy?)")
+    versions = {e["weight_version"] for e in ready}
+    note = "" if len(versions) == 1 else f"; replicas disagree on the weight version {sorted(versions)} (a sync in progress, or one failed)"
+    return Check("replicas registered", True, f"{len(ready)}/{len(ours)} ready: {detail}{note}")
+
+
+def check_batcher(c: DoctorConfig, client: httpx.Client) -> Check:
+    try:
+        status = client.get(_url(c.batcher_url, "/status")).json()
+    except httpx.HTTPError as exc:
+        return Check("batcher", False, type(exc).__name__, explain(exc, "batcher"))
+    return Check("batcher", True, f"step {status.get('current_step')}, {status.get('queue_size')} group(s) waiting")
+
+
+def check_gpus() -> Check | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    out = subprocess.run([smi, "--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        return Check("GPUs", False, out.stderr.strip()[:160], "nvidia-smi failed: driver or device plugin problem")
+    rows = [[int(float(x)) for x in line.split(",")] for line in out.stdout.strip().splitlines()]
+    idle_full = [r[0] for r in rows if r[1] == 0 and r[2] > 0.8 * r[3]]
+    detail = "; ".join(f"gpu{r[0]} {r[1]}% util {r[2]}/{r[3]} MiB" for r in rows)
+    if idle_full:
+        return Check("GPUs", False, detail, f"GPU(s) {idle_full} full and idle: generation stalled, usually sandboxes stuck waiting (see pods)")
+    return Check("GPUs", True, detail)
+
+
+def check_sandboxes(c: DoctorConfig, now: float | None = None) -> Check | None:
+    kubectl = shutil.which("kubectl")
+    if c.run_prefix is None or kubectl is None:
+        return None
+    cmd = [kubectl, "get", "pods", "-l", f"harbor-run={c.run_prefix}", "-o", "json", *(["-n", c.namespace] if c.namespace else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return Check("sandbox pods", False, out.stderr.strip()[:160], "kubectl cannot list pods: kubeconfig or RBAC")
+    return judge_sandboxes(json.loads(out.stdout)["items"], c.stuck_after_s, now or time.time())
+
+
+def judge_sandboxes(pods: list[dict], stuck_after_s: float, now: float) -> Check:
+    from datetime import datetime
+
+    stuck, leaked = [], []
+    for pod in pods:
+        phase = pod["status"].get("phase")
+        started = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+        if phase == "Pending" and now - started > stuck_after_s:
+            stuck.append(pod["metadata"]["name"])
+        if phase in ("Succeeded", "Failed"):
+            leaked.append(pod["metadata"]["name"])
+    detail = f"{len(pods)} pod(s), {len(stuck)} stuck pending, {len(leaked)} finished but not deleted"
+    if stuck:
+        return Check("sandbox pods", False, detail, f"stuck: {stuck[:5]}: no room on nodes or an image pull failing (kubectl describe)")
+    if leaked:
+        return Check("sandbox pods", False, detail, f"leaked: {leaked[:5]}: the env server does not delete finished sandboxes")
+    return Check("sandbox pods", True, detail)
+
+
+def run_checks(c: DoctorConfig) -> list[Check]:
+    with httpx.Client(timeout=c.timeout_s) as client:
+        checks = [check_proxy_alive(c, client), check_ping(c, client), check_replicas(c, client), check_batcher(c, client)]
+    checks += [x for x in (check_gpus(), check_sandboxes(c)) if x is not None]
+    return checks
