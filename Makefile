@@ -8,8 +8,9 @@ VLLM_VENV := .venv-vllm
 PROXY_VENV := .venv-proxy
 PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
+CPU ?= 0
 
-.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s test test-unit run bench lint clean
+.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s test test-unit run e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -79,6 +80,11 @@ run: setup
 	$(VENV)/bin/rlstack make-demo-model --out models/demo
 	$(VENV)/bin/rlstack up examples/local-arithmetic.yaml
 
+# kind cluster with GPU nodes (CPU=1: without), images, helm install, a short run, the health
+# chain, logs on failure, teardown. Needs docker, kind, kubectl and helm; never run on CI here.
+e2e: setup
+	CPU=$(CPU) bash k8s/e2e.sh
+
 bench: setup setup-atropos
 	$(VENV)/bin/python bench/batcher.py
 
@@ -86,4 +92,4 @@ lint: setup
 	$(VENV)/bin/ruff check services tests bench
 
 clean:
-	rm -rf $(VENV) $(ATROPOS_VENV) $(VLLM_VENV) $(PROXY_VENV) runs data models .pytest_cache
+	rm -rf $(VENV) $(ATROPOS_VENV) $(VLLM_VENV) $(PROXY_VENV) runs data models .pytest_cache .cache/k8s
