@@ -127,6 +127,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def cmd_dryrun(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlstack.ops.dryrun import run_dryrun
+
+    plan, findings, memory = run_dryrun(args.config, args.model_dir)
+    print(json.dumps({"plan": plan.model_dump(), "memory": memory}, indent=2))
+    table = Table(title=f"rlstack dryrun {args.config}")
+    for col in ("check", "ok", "detail"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        table.add_row(f.check, "[green]yes[/]" if f.ok else "[red]NO[/]", f.detail)
+    Console(width=160).print(table)
+    return 0 if all(f.ok for f in findings) else 1
+
+
 def cmd_trial_key(args: argparse.Namespace) -> int:
     import os
 
@@ -170,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs kubectl)")
     doctor.add_argument("--namespace")
     doctor.set_defaults(func=cmd_doctor)
+    dry = sub.add_parser("dryrun", help="check a run config or values file against the model's config before starting anything")
+    dry.add_argument("config", type=Path)
+    dry.add_argument("--model-dir", help="a local copy of the model directory the config names (for values files)")
+    dry.set_defaults(func=cmd_dryrun)
     key = sub.add_parser("trial-key", help="mint a trial key for the proxy (HMAC, no database)")
     key.add_argument("--run", required=True)
     key.add_argument("--trial", required=True)

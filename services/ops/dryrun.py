@@ -1,0 +1,191 @@
+"""``rlstack dryrun``: catch a bad run before anything starts.
+
+Reads a run config (``examples/*.yaml``) or a Helm values file, loads only the model's
+``config.json`` (no weights), and checks what otherwise fails minutes into a start-up on
+GPUs: a decoder-only causal LM, tensor parallelism dividing the head counts, the memory a GPU
+needs for the chosen sync mode, ``ipc`` only on a shared GPU with TP=1, the LoRA rank within
+the replicas' ``--max-lora-rank``, and ports and service addresses that resolve.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+GIB = 1024**3
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class Plan(BaseModel):
+    """What a run will do, resolved from either config shape."""
+
+    source: str
+    model: str
+    device: str = "cuda"
+    tensor_parallel_size: int = 1
+    sync_mode: str = "filesystem"
+    lora_rank: int | None = None
+    max_lora_rank: int = 16
+    gpu_memory_gib: float = 80.0
+    shared_gpu: bool = False
+    """Trainer and replica on one GPU (what ipc needs)."""
+    ports: dict[str, int] = Field(default_factory=dict)
+
+
+class Finding(BaseModel):
+    check: str
+    ok: bool
+    detail: str
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    out, i = {}, 0
+    while i < len(args):
+        if args[i].startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "true"
+            out[args[i][2:]] = nxt
+            i += 2 if nxt != "true" else 1
+        else:
+            i += 1
+    return out
+
+
+def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
+    from rlstack.launcher.config import RunConfig
+
+    config = RunConfig.model_validate(data)
+    findings = []
+    by_name = {s.name: s for s in config.services}
+    for spec in config.services:
+        for text in [*spec.args, *spec.env.values()]:
+            for _, field, _, _ in string.Formatter().parse(text):
+                if not field:
+                    continue
+                head, _, attr = field.partition(".")
+                known = head == "run_dir" or (head in by_name and attr in {"url", "port", *by_name[head].extra_ports})
+                if not known:
+                    findings.append(Finding(check="addresses", ok=False, detail=f"{spec.name}: {{{field}}} names no service address"))
+    fixed = [s.port for s in config.services if s.port]
+    if len(fixed) != len(set(fixed)):
+        findings.append(Finding(check="addresses", ok=False, detail=f"two services share a fixed port: {sorted(fixed)}"))
+    inference = next((_flags(s.args) for s in config.services if s.module == "rlstack.inference"), {})
+    trainer = next((_flags(s.args) for s in config.services if s.module == "rlstack.trainer"), {})
+    plan = Plan(source=str(path), model=trainer.get("model") or inference.get("model") or "models/tiny",
+                device=inference.get("device", "cpu"), tensor_parallel_size=int(inference.get("tensor-parallel-size", 1)),
+                sync_mode=trainer.get("sync-mode", "filesystem"),
+                lora_rank=int(trainer["lora-rank"]) if "lora-rank" in trainer else None,
+                max_lora_rank=int(inference.get("max-lora-rank", 16)), shared_gpu=True,
+                ports={s.name: s.port for s in config.services if s.port})
+    if inference.get("model") and trainer.get("model") and inference["model"] != trainer["model"]:
+        findings.append(Finding(check="model", ok=False,
+                                detail=f"replica serves {inference['model']} but the trainer trains {trainer['model']}"))
+    return plan, findings
+
+
+def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Plan, list[Finding]]:
+    inference, trainer = data.get("inference", {}), data.get("trainer", {})
+    env = {**trainer.get("env", {})}
+    ports = {name: data.get(name, {}).get("port") for name in ("registry", "batcher", "proxy", "trainer")}
+    ports["inference"] = inference.get("port")
+    ports["vllm"] = inference.get("vllmPort")
+    for e in data.get("envs", []):
+        ports[f"env-{e['name']}"] = e.get("port")
+    ports = {k: int(v) for k, v in ports.items() if v is not None}
+    plan = Plan(source=str(path), model=model_dir or data.get("model", {}).get("path", ""),
+                device=inference.get("device", "cuda"), tensor_parallel_size=int(inference.get("tensorParallelSize", 1)),
+                sync_mode=env.get("RLSTACK_TRAINER_SYNC_MODE", "filesystem"),
+                lora_rank=int(env["RLSTACK_TRAINER_LORA_RANK"]) if "RLSTACK_TRAINER_LORA_RANK" in env else None,
+                max_lora_rank=int(inference.get("env", {}).get("RLSTACK_INFERENCE_MAX_LORA_RANK", 16)),
+                gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports)
+    findings = []
+    # Services each have their own pod IP, but the replica's two ports share one pod.
+    if ports.get("inference") is not None and ports.get("inference") == ports.get("vllm"):
+        findings.append(Finding(check="addresses", ok=False, detail=f"sidecar and vLLM both on port {ports['vllm']}"))
+    if any(not 0 < p < 65536 for p in ports.values()):
+        findings.append(Finding(check="addresses", ok=False, detail=f"port out of range: {ports}"))
+    return plan, findings
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Helm's values merge: maps merge key by key, everything else is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def estimate_params(cfg: Any) -> int:
+    """Parameters of a Llama/Qwen-shaped decoder from its config alone."""
+    h, layers, vocab = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or h // heads
+    inter = getattr(cfg, "intermediate_size", 4 * h)
+    attention = h * heads * head_dim * 2 + h * kv * head_dim * 2
+    mlp = 3 * h * inter
+    embeddings = vocab * h * (1 if getattr(cfg, "tie_word_embeddings", False) else 2)
+    return layers * (attention + mlp) + embeddings
+
+
+def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
+    from transformers import AutoConfig
+
+    findings: list[Finding] = []
+    try:
+        cfg = AutoConfig.from_pretrained(plan.model)
+    except (OSError, ValueError) as exc:
+        return [Finding(check="model config", ok=False, detail=f"{plan.model}: {str(exc).splitlines()[0][:200]}")], {}
+    arch = getattr(cfg, "architectures", None) or []
+    causal = any(a.endswith("ForCausalLM") for a in arch) and not getattr(cfg, "is_encoder_decoder", False)
+    findings.append(Finding(check="decoder-only causal LM", ok=causal, detail=f"{cfg.model_type} {arch}"))
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    tp = plan.tensor_parallel_size
+    findings.append(Finding(check="tensor parallel", ok=heads % tp == 0 and (kv % tp == 0 or tp % kv == 0),
+                            detail=f"TP={tp}, {heads} attention heads, {kv} KV heads"))
+    params = estimate_params(cfg)
+    dtype = str(getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None) or "bfloat16").removeprefix("torch.")
+    weights = params * BYTES.get(dtype, 2)
+    # Trainer: fp32 master weights + grads + two Adam moments for what it trains; a LoRA
+    # trainer keeps the base in the checkpoint dtype and trains ~1% of the parameters.
+    trained = params if plan.lora_rank is None else params // 100
+    trainer = (weights if plan.lora_rank is not None else 0) + trained * 16
+    replica = weights / tp
+    needed = replica + trainer if plan.shared_gpu else max(replica, trainer)
+    memory = {"params": params, "dtype": dtype, "replica_weights_gib_per_gpu": round(replica / GIB, 2),
+              "trainer_gib": round(trainer / GIB, 2), "gpu_gib_needed": round(needed / GIB, 2)}
+    if plan.device == "cuda":
+        findings.append(Finding(check="memory per GPU", ok=needed < 0.9 * plan.gpu_memory_gib * GIB,
+                                detail=f"~{needed / GIB:.1f} GiB of {plan.gpu_memory_gib:.0f} GiB before KV cache ({plan.sync_mode} sync)"))
+    return findings, memory
+
+
+def run_dryrun(path: Path, model_dir: str | None = None) -> tuple[Plan, list[Finding], dict[str, Any]]:
+    data = yaml.safe_load(path.read_text()) or {}
+    if "services" in data:
+        plan, findings = plan_from_run_config(path, data)
+    else:
+        defaults = path.with_name("values.yaml")
+        if defaults.exists() and defaults.resolve() != path.resolve():  # an overlay on the chart's defaults
+            data = merge(yaml.safe_load(defaults.read_text()), data)
+        plan, findings = plan_from_values(path, data, model_dir)
+    if model_dir:
+        plan.model = model_dir
+    if plan.sync_mode == "ipc":
+        findings.append(Finding(check="ipc sync", ok=plan.tensor_parallel_size == 1 and plan.shared_gpu,
+                                detail="ipc needs TP=1 and the trainer on the replica's GPU"))
+    if plan.sync_mode == "lora" or plan.lora_rank is not None:
+        ok = plan.lora_rank is not None and plan.lora_rank <= plan.max_lora_rank and plan.sync_mode == "lora"
+        findings.append(Finding(check="lora", ok=ok, detail=f"rank {plan.lora_rank}, replicas accept up to {plan.max_lora_rank}, sync {plan.sync_mode}"))
+    model_findings, memory = check_model(plan)
+    findings += model_findings
+    if not any(f.check == "addresses" for f in findings):
+        findings.append(Finding(check="addresses", ok=True, detail=", ".join(f"{k}:{v}" for k, v in plan.ports.items()) or "all picked free"))
+    return plan, findings, memory
+
+
+__all__ = ["Finding", "Plan", "estimate_params", "run_dryrun"]
