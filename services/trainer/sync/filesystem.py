@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport
+from rlstack.trainer.sync import SyncReport, fan_out
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,9 @@ class FilesystemPublisher:
         saved = time.perf_counter() - start
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
-            await asyncio.gather(*(self._reload(client, str(e.url).rstrip("/"), path, version) for e in endpoints))
+            done, failed = await fan_out(endpoints, lambda e: self._reload(client, str(e.url).rstrip("/"), path, version))
         self._prune(version)
-        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=[e.id for e in endpoints])
+        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=done, failed=failed)
         log.info("weights v%d on %d replica(s) in %.2fs", version, len(endpoints), report.seconds)
         return report
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport
+from rlstack.trainer.sync import SyncReport, fan_out
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ class LoraPublisher:
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
         name = adapter_name(self.served_model, version)
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
-            await asyncio.gather(*(self._load(client, str(e.url).rstrip("/"), name, path, version) for e in endpoints))
+            done, failed = await fan_out(endpoints, lambda e: self._load(client, str(e.url).rstrip("/"), name, path, version))
         self._prune(keep={p for names in self.loaded.values() for p in names})
-        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=[e.id for e in endpoints])
+        report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=done, failed=failed)
         log.info("adapter %s on %d replica(s) in %.2fs", name, len(endpoints), report.seconds)
         return report
 
