@@ -60,6 +60,8 @@ def vllm_command(s: InferenceSettings, python: str = sys.executable) -> tuple[li
         # connections the proxy is about to reuse, and calls fail with "Server disconnected".
         "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
     }
+    if backend == "ipc":
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # vLLM unpickles CUDA IPC handles sent over HTTP
     if s.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(s.kv_cache_gib)))

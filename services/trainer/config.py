@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from rlstack.common.settings import ServiceSettings
 from rlstack.trainer.loss import GRPOLossConfig
 
-SyncMode = Literal["filesystem", "broadcast", "lora", "none"]
+SyncMode = Literal["filesystem", "broadcast", "lora", "ipc", "none"]
 
 
 class TrainerSettings(ServiceSettings):
@@ -66,6 +66,6 @@ class TrainerSettings(ServiceSettings):
     def _sync_mode_matches_training(self) -> TrainerSettings:
         if self.sync_mode == "lora" and self.lora_rank is None:
             raise ValueError("sync_mode=lora trains an adapter: set lora_rank")
-        if self.sync_mode in ("filesystem", "broadcast") and self.lora_rank is not None:
+        if self.sync_mode in ("filesystem", "broadcast", "ipc") and self.lora_rank is not None:
             raise ValueError(f"sync_mode={self.sync_mode} publishes full weights; with lora_rank use sync_mode=lora")
         return self

@@ -70,6 +70,10 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
         from rlstack.trainer.sync.broadcast import BroadcastPublisher
 
         return BroadcastPublisher(registry, settings.served_model, trainer_host=settings.broadcast_host, replica_api_key=key)
+    if settings.sync_mode == "ipc":
+        from rlstack.trainer.sync.ipc import IpcPublisher
+
+        return IpcPublisher(registry, settings.served_model, replica_api_key=key)
     if settings.sync_mode == "lora":
         from rlstack.trainer.sync.lora import LoraPublisher
 
