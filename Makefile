@@ -10,7 +10,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s test test-unit run e2e bench lint clean
+.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images test test-unit run e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -67,7 +67,13 @@ setup-k8s: .cache/k8s/bin/helm
 .cache/k8s/bin/helm: k8s/fetch_tools.py $(VENV)/.installed
 	$(VENV)/bin/python k8s/fetch_tools.py
 
-test: setup setup-atropos setup-k8s
+# podman (with runc) and debootstrap for the image smoke tests, from Debian's packages.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+setup-images:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
+	  ( $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q podman runc debootstrap )
+
+test: setup setup-atropos setup-k8s setup-images
 	$(VENV)/bin/ruff check services tests bench k8s
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
