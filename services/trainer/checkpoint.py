@@ -19,8 +19,6 @@ STATE = "trainer_state.json"
 class CheckpointState(BaseModel):
     step: int
     weight_version: int
-    rewards: list[float] = []
-    """Mean reward of every step so far: the summary's first-10/last-10 survive a resume."""
 
 
 def save(directory: Path, model, optimizer: torch.optim.Optimizer, state: CheckpointState, keep: int = 2) -> Path:  # noqa: ANN001
