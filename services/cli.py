@@ -116,7 +116,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
                           served_model=args.served_model, trial_key=args.trial_key, run_prefix=args.run_prefix,
-                          namespace=args.namespace)
+                          namespace=args.namespace, kube_api_url=args.kube_api_url)
     checks = run_checks(config)
     table = Table(title="rlstack doctor")
     for col in ("check", "ok", "detail", "likely cause / remedy"):
@@ -159,6 +159,44 @@ def cmd_trial_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    """One agent trial in a sandbox pod, pointed at the proxy: the cluster's end-to-end agent check."""
+    import asyncio
+    import os
+
+    from rlstack.kube.connection import connect
+    from rlstack.kube.sandboxes import SandboxGone, SandboxManager, SandboxSpec, agent_env, run_once
+
+    secret = args.secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    if secret:
+        from rlstack.proxy.trial_keys import mint
+
+        key = mint(secret, args.run, args.trial, ttl_seconds=args.timeout + 600)
+    else:
+        key = "open"  # a proxy without a trial-key secret accepts any key
+    spec = SandboxSpec(trial=args.trial, image=args.image, command=args.cmd,
+                       env=agent_env(args.proxy_url, args.run, args.trial, key))
+
+    async def go() -> int:
+        client = connect(args.kube_api_url, args.namespace)
+        try:
+            manager = SandboxManager(client, args.namespace or client.namespace, args.run)
+            result, logs = await run_once(manager, spec, args.timeout, keep=args.keep)
+        except TimeoutError:
+            log.error("sandbox for %s/%s did not finish in %.0fs", args.run, args.trial, args.timeout)
+            return 124
+        except SandboxGone as exc:
+            log.error("sandbox %s was deleted before it finished", exc)
+            return 1
+        finally:
+            await client.close()
+        sys.stdout.write(logs)
+        log.info("sandbox %s: %s, exit code %s", result.name, result.phase, result.exit_code)
+        return result.exit_code if result.exit_code is not None else int(result.phase != "Succeeded")
+
+    return asyncio.run(go())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rlstack", description="RL post-training stack: local orchestration and tools")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -186,8 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000")
     doctor.add_argument("--served-model", default="policy")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
-    doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs kubectl)")
+    doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")
     doctor.add_argument("--namespace")
+    doctor.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")
     doctor.set_defaults(func=cmd_doctor)
     dry = sub.add_parser("dryrun", help="check a run config or values file against the model's config before starting anything")
     dry.add_argument("config", type=Path)
@@ -199,6 +238,18 @@ def main(argv: list[str] | None = None) -> None:
     key.add_argument("--secret", help="defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
     key.add_argument("--ttl-seconds", type=float, default=7 * 24 * 3600)
     key.set_defaults(func=cmd_trial_key)
+    box = sub.add_parser("sandbox", help="run one command in a sandbox pod as trial RUN/TRIAL, pointed at the proxy; print its log")
+    box.add_argument("run", help="run prefix: the harbor-run label")
+    box.add_argument("trial", help="the harbor-trial label")
+    box.add_argument("cmd", nargs="+", help="the command (after --)")
+    box.add_argument("--image", required=True)
+    box.add_argument("--proxy-url", required=True, help="as the sandbox reaches it, e.g. http://rl-rlstack-proxy:4000")
+    box.add_argument("--namespace")
+    box.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")
+    box.add_argument("--secret", help="trial-key secret; defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    box.add_argument("--timeout", type=float, default=600)
+    box.add_argument("--keep", action="store_true", help="leave the pod for inspection")
+    box.set_defaults(func=cmd_sandbox)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     sys.exit(args.func(args))

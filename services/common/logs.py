@@ -41,4 +41,5 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     root.setLevel(level.upper())
     # uvicorn's access log is one line per request: too chatty for the batcher's hot path.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
+    for noisy in ("httpx", "httpx2"):  # one line per request otherwise (httpx2: lightkube)
+        logging.getLogger(noisy).setLevel(logging.WARNING)

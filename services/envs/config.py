@@ -44,3 +44,16 @@ class EnvSettings(ServiceSettings):
     seed: int = 0
     heldout_size: int = Field(default=64, ge=0)
     """Problems kept out of training and answered greedily by POST /evaluate."""
+    sandbox_reaper: bool = False
+    """In a cluster: delete this server's sandbox pods once finished for a grace period, or past the TTL."""
+    sandbox_ttl_seconds: float = Field(default=7200.0, gt=0)
+    sandbox_grace_seconds: float = Field(default=300.0, ge=0)
+    """Finished sandboxes stay this long so their logs can be read."""
+    sandbox_reap_interval_seconds: float = Field(default=30.0, gt=0)
+    kube_api_url: str | None = None
+    """API server to use instead of the in-cluster or kubeconfig one (``kubectl proxy``, tests)."""
+    kube_namespace: str | None = None
+    """Where sandboxes live; unset = this pod's own namespace."""
+    pod_name: str | None = None
+    """This server's pod (downward API): owner of its sandboxes, which then die with it."""
+    pod_uid: str | None = None

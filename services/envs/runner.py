@@ -52,12 +52,16 @@ class EnvRunner:
 
     async def register(self) -> None:
         body = {"max_token_length": self.s.max_token_length, "desired_name": self.s.name, "weight": 1.0, "group_size": self.s.group_size}
+        last_refusal = None
         while True:
             reply = (await request_with_retries(self.batcher, "POST", "/register-env", json=body)).json()
             if reply.get("status") == "success":
                 self.env_id = reply["env_id"]
                 break
-            await asyncio.sleep(1.0)  # the trainer has not registered yet
+            if reply != last_refusal:  # say why once, then keep trying: the trainer may (re)register
+                log.warning("batcher refused registration: %s", reply.get("detail", reply))
+                last_refusal = reply
+            await asyncio.sleep(1.0)
         self.batch_size = (await self.batcher.get("/info")).json()["batch_size"]
         log.info("registered as env %d (%s); batch size %d", self.env_id, self.s.name, self.batch_size)
 

@@ -2,20 +2,24 @@
 
 Order matters: proxy alive -> a real completion through the proxy -> replicas registered and
 ready (with weight versions) -> batcher queue and step -> GPUs (where nvidia-smi exists) ->
-sandbox pods of a run (where kubectl can see them). A check that fails says what that symptom
+sandbox pods of a run (through the Kubernetes API, with the kubeconfig or in-cluster identity). A check that fails says what that symptom
 usually means and what to do, so the first red line is where to look.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import BaseModel, HttpUrl
+
+if TYPE_CHECKING:
+    from lightkube.resources.core_v1 import Pod
 
 
 class DoctorConfig(BaseModel):
@@ -25,10 +29,14 @@ class DoctorConfig(BaseModel):
     served_model: str = "policy"
     trial_key: str | None = None
     run_prefix: str | None = None
-    """Check the sandbox pods labelled harbor-run=<prefix> (needs kubectl)."""
+    """Check the sandbox pods labelled harbor-run=<prefix> (needs cluster access)."""
     namespace: str | None = None
+    kube_api_url: str | None = None
+    """API server URL (e.g. ``kubectl proxy``); unset = in-cluster or kubeconfig."""
     timeout_s: float = 30.0
     stuck_after_s: float = 600.0
+    leaked_after_s: float = 900.0
+    """A finished sandbox still there this long after it ended was not reaped (the reaper's grace is 300 s)."""
 
 
 @dataclass
@@ -126,33 +134,44 @@ def check_gpus() -> Check | None:
     return Check("GPUs", True, detail)
 
 
-def check_sandboxes(c: DoctorConfig, now: float | None = None) -> Check | None:
-    kubectl = shutil.which("kubectl")
-    if c.run_prefix is None or kubectl is None:
+def check_sandboxes(c: DoctorConfig, now: datetime | None = None) -> Check | None:
+    if c.run_prefix is None:
         return None
-    cmd = [kubectl, "get", "pods", "-l", f"harbor-run={c.run_prefix}", "-o", "json", *(["-n", c.namespace] if c.namespace else [])]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        return Check("sandbox pods", False, out.stderr.strip()[:160], "kubectl cannot list pods: kubeconfig or RBAC")
-    return judge_sandboxes(json.loads(out.stdout)["items"], c.stuck_after_s, now or time.time())
+    import asyncio
+
+    from rlstack.kube.connection import connect
+    from rlstack.kube.sandboxes import SandboxManager
+
+    async def listing() -> list[Pod]:
+        client = connect(c.kube_api_url, c.namespace)
+        try:
+            return await SandboxManager(client, c.namespace or client.namespace, c.run_prefix).list()
+        finally:
+            await client.close()
+
+    try:
+        pods = asyncio.run(listing())
+    except Exception as exc:  # noqa: BLE001 - no kubeconfig, refused, forbidden: all read the same way here
+        return Check("sandbox pods", False, f"{type(exc).__name__}: {str(exc)[:160]}", "cannot list pods: kubeconfig, API server URL or RBAC")
+    return judge_sandboxes(pods, c.stuck_after_s, c.leaked_after_s, now or datetime.now(UTC))
 
 
-def judge_sandboxes(pods: list[dict], stuck_after_s: float, now: float) -> Check:
-    from datetime import datetime
+def judge_sandboxes(pods: list[Pod], stuck_after_s: float, leaked_after_s: float, now: datetime) -> Check:
+    from rlstack.kube.sandboxes import finished_at
 
     stuck, leaked = [], []
     for pod in pods:
-        phase = pod["status"].get("phase")
-        started = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
-        if phase == "Pending" and now - started > stuck_after_s:
-            stuck.append(pod["metadata"]["name"])
-        if phase in ("Succeeded", "Failed"):
-            leaked.append(pod["metadata"]["name"])
-    detail = f"{len(pods)} pod(s), {len(stuck)} stuck pending, {len(leaked)} finished but not deleted"
+        phase = pod.status.phase if pod.status else None
+        if phase == "Pending" and (now - pod.metadata.creationTimestamp).total_seconds() > stuck_after_s:
+            stuck.append(pod.metadata.name)
+        ended = finished_at(pod)
+        if ended is not None and (now - ended).total_seconds() > leaked_after_s:
+            leaked.append(pod.metadata.name)
+    detail = f"{len(pods)} pod(s), {len(stuck)} stuck pending, {len(leaked)} finished long ago but not deleted"
     if stuck:
         return Check("sandbox pods", False, detail, f"stuck: {stuck[:5]}: no room on nodes or an image pull failing (kubectl describe)")
     if leaked:
-        return Check("sandbox pods", False, detail, f"leaked: {leaked[:5]}: the env server does not delete finished sandboxes")
+        return Check("sandbox pods", False, detail, f"leaked: {leaked[:5]}: the env server's reaper is not running (or cannot delete pods)")
     return Check("sandbox pods", True, detail)
 
 

@@ -28,12 +28,22 @@ def build_app(settings: RegistrySettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        svc.start()
+        kube = None
+        if settings.kube_watch_pods:
+            from rlstack.kube.connection import connect
+            from rlstack.kube.replica_pods import watch_replica_pods
+
+            kube = connect(settings.kube_api_url, settings.kube_namespace)
+            svc.start(watch_replica_pods(kube, settings.kube_namespace, settings.kube_replica_selector, svc.drop_pod))
+        else:
+            svc.start()
         try:
             yield
         finally:
             await svc.stop()
             await client.aclose()
+            if kube is not None:
+                await kube.close()
 
     # The registry is ready as soon as it serves: an empty table is a valid answer.
     app = create_app(service="registry", registry=registry, ready=lambda: (True, {"endpoints": len(table.all())}), lifespan=lifespan)

@@ -23,3 +23,11 @@ class RegistrySettings(ServiceSettings):
     """Bearer key the replicas expect (vLLM --api-key)."""
     max_watch_seconds: float = Field(default=60.0, gt=0, le=600)
     """Longest a watch request is held open."""
+    kube_watch_pods: bool = False
+    """Watch inference pods and drop a replica as soon as its pod is deleted or ends (in a cluster)."""
+    kube_api_url: str | None = None
+    """API server to use instead of the in-cluster or kubeconfig one (``kubectl proxy``, tests)."""
+    kube_namespace: str | None = None
+    """Namespace of the inference pods; unset = the registry pod's own."""
+    kube_replica_selector: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/component": "inference"})
+    """Labels that select inference pods (JSON in the environment)."""

@@ -28,4 +28,6 @@ class RegistryCollector(Collector):
             versions.add_metric(["max"], max(e.weight_version for e in endpoints))
         yield versions
         yield CounterMetricFamily(P + "expired", "Endpoints removed for missing heartbeats", value=table.expired_total)
+        yield CounterMetricFamily(P + "removed_by_pod", "Endpoints removed because their pod was deleted or ended",
+                                  value=self.service.removed_by_pod_total)
         yield CounterMetricFamily(P + "probe_failures", "Probes that found an endpoint not ready", value=self.service.prober.failures_total)

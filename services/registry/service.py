@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from rlstack.common.contracts.registry import Endpoint, EndpointList, EndpointRegistration
 from rlstack.registry.config import RegistrySettings
 from rlstack.registry.prober import Prober
 from rlstack.registry.table import EndpointTable
+
+if TYPE_CHECKING:
+    from rlstack.kube.replica_pods import GonePod  # lightkube is needed only when watching pods
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +26,7 @@ class RegistryService:
         self.table = table
         self.prober = prober
         self._tasks: set[asyncio.Task[None]] = set()
+        self.removed_by_pod_total = 0
 
     def register(self, endpoint_id: str, reg: EndpointRegistration, now: float) -> Endpoint:
         before = self.table.get(endpoint_id)
@@ -31,6 +38,15 @@ class RegistryService:
 
     def snapshot(self, model: str | None, ready: bool | None, labels: dict[str, str]) -> EndpointList:
         return EndpointList(revision=self.table.revision, endpoints=self.table.select(model, ready, labels))
+
+    def drop_pod(self, gone: GonePod) -> list[str]:
+        """Remove the replicas a vanishing pod served: registered under its name or at its IP."""
+        dropped = [e.id for e in self.table.all() if e.id == gone.name or (gone.ip and urlsplit(str(e.url)).hostname == gone.ip)]
+        for endpoint_id in dropped:
+            if self.table.remove(endpoint_id):
+                self.removed_by_pod_total += 1
+                log.warning("endpoint %s removed: pod %s %s", endpoint_id, gone.name, gone.why)
+        return dropped
 
     async def _probe_one(self, endpoint_id: str) -> None:
         entry = self.table.get(endpoint_id)
@@ -52,9 +68,11 @@ class RegistryService:
                 log.warning("endpoint %s expired (no heartbeat)", endpoint_id)
             await asyncio.sleep(min(1.0, self.settings.default_ttl_seconds / 4))
 
-    def start(self) -> None:
+    def start(self, pod_watch: Coroutine[None, None, None] | None = None) -> None:
         self._spawn(self.probe_loop())
         self._spawn(self.expiry_loop())
+        if pod_watch is not None:
+            self._spawn(pod_watch)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -40,3 +40,13 @@ def by_kind(objects: list[dict], kind: str) -> list[dict]:
 @pytest.fixture
 def tmp_manifest(tmp_path) -> Path:
     return tmp_path / "manifest.yaml"
+
+
+@pytest.fixture
+def kube_api():
+    """A FakeKubeApiServer on loopback (no real API server can run here)."""
+    from tests.helpers.fake_kube_api import FakeKubeApiServer
+
+    server = FakeKubeApiServer().start()
+    yield server
+    server.stop()

@@ -1,20 +1,28 @@
+from datetime import UTC, datetime
+
 import httpx
+from lightkube.resources.core_v1 import Pod
 
 from rlstack.ops.doctor import DoctorConfig, check_batcher, explain, judge_sandboxes
 
 
-def pod(name: str, phase: str, created: str) -> dict:
-    return {"metadata": {"name": name, "creationTimestamp": created}, "status": {"phase": phase}}
+def pod(name: str, phase: str, created: str, finished: str | None = None) -> Pod:
+    status: dict = {"phase": phase}
+    if finished:
+        status["containerStatuses"] = [{"name": "agent", "image": "a", "imageID": "", "ready": False, "restartCount": 0,
+                                        "state": {"terminated": {"exitCode": 0, "finishedAt": finished}}}]
+    return Pod.from_dict({"metadata": {"name": name, "creationTimestamp": created}, "status": status})
 
 
 def test_sandboxes_stuck_pending_or_left_behind_are_named():
-    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    now = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
     fresh, old = "2027-01-15T07:59:00Z", "2027-01-15T07:00:00Z"
-    assert judge_sandboxes([pod("a", "Running", old), pod("b", "Pending", fresh)], 600, now).ok
-    stuck = judge_sandboxes([pod("a", "Pending", old)], 600, now)
+    just_done = pod("d", "Succeeded", old, finished=fresh)
+    assert judge_sandboxes([pod("a", "Running", old), pod("b", "Pending", fresh), just_done], 600, 900, now).ok
+    stuck = judge_sandboxes([pod("a", "Pending", old)], 600, 900, now)
     assert not stuck.ok and "a" in stuck.remedy and "stuck" in stuck.remedy
-    leaked = judge_sandboxes([pod("c", "Succeeded", old)], 600, now)
-    assert not leaked.ok and "does not delete" in leaked.remedy
+    leaked = judge_sandboxes([pod("c", "Succeeded", old, finished=old)], 600, 900, now)
+    assert not leaked.ok and "c" in leaked.remedy and "reaper" in leaked.remedy
 
 
 def test_a_dead_service_reads_as_connection_refused():

@@ -1,0 +1,228 @@
+"""Sandbox pods: one pod per agent trial, labelled ``harbor-run=<run>``/``harbor-trial=<trial>``.
+
+The manager runs inside an env server's pod. Its sandboxes name that pod as owner, so the
+garbage collector removes them when the env server goes; the reaper removes finished ones and
+any that outlive a TTL while it lives. Every call here is one the chart's sandbox-manager Role
+grants (create/get/list/watch/delete pods, get pods/log) and nothing more: the chart tests
+replay this code against an API emulator and compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from datetime import UTC, datetime
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
+
+LABEL_VALUE = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+FINISHED = ("Succeeded", "Failed")
+
+
+class SandboxGone(RuntimeError):
+    """The sandbox pod was deleted (by the reaper, a user or node loss) before it finished."""
+
+
+class SandboxOwner(BaseModel):
+    """The env server's own pod (downward API ``metadata.name``/``metadata.uid``)."""
+
+    name: str
+    uid: str
+
+
+class SandboxSpec(BaseModel):
+    """What one trial's sandbox runs; the run comes from the manager."""
+
+    trial: str = Field(pattern=LABEL_VALUE)
+    image: str = Field(min_length=1)
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cpu: str = "1"
+    memory: str = "2Gi"
+    run_as_user: int = Field(default=1000, ge=1)
+    deadline_seconds: int = Field(default=3600, ge=1)
+    """Kubernetes fails the pod after this long (activeDeadlineSeconds)."""
+
+
+class SandboxOutcome(BaseModel):
+    name: str
+    phase: str
+    exit_code: int | None = None
+    reason: str | None = None
+
+
+class SandboxManager:
+    def __init__(self, client: AsyncClient, namespace: str, run: str, *, run_label: str = "harbor-run",
+                 trial_label: str = "harbor-trial", owner: SandboxOwner | None = None,
+                 ttl_seconds: float = 7200, finished_grace_seconds: float = 300) -> None:
+        if not re.match(LABEL_VALUE, run):
+            raise ValueError(f"run {run!r} is not a valid label value")
+        self.client, self.namespace, self.run = client, namespace, run
+        self.run_label, self.trial_label, self.owner = run_label, trial_label, owner
+        self.ttl_seconds, self.finished_grace_seconds = ttl_seconds, finished_grace_seconds
+
+    def pod_name(self, trial: str) -> str:
+        """Deterministic, so a retried launch finds its pod instead of starting a second one."""
+        base = re.sub(r"[^a-z0-9-]+", "-", f"sbx-{self.run}-{trial}".lower()).strip("-")
+        if len(base) <= 63 and base == f"sbx-{self.run}-{trial}":
+            return base
+        digest = hashlib.sha256(f"{self.run}/{trial}".encode()).hexdigest()[:10]
+        return f"{base[:52].rstrip('-')}-{digest}"
+
+    def manifest(self, spec: SandboxSpec) -> dict:
+        meta: dict = {"name": self.pod_name(spec.trial), "namespace": self.namespace,
+                      "labels": {self.run_label: self.run, self.trial_label: spec.trial,
+                                 "app.kubernetes.io/component": "sandbox", "app.kubernetes.io/managed-by": "rlstack"}}
+        if self.owner is not None:
+            # No blockOwnerDeletion: setting it needs update on the owner's finalizers, which we do not grant.
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner.name, "uid": self.owner.uid}]
+        return {
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {
+                "restartPolicy": "Never",
+                "activeDeadlineSeconds": spec.deadline_seconds,
+                "automountServiceAccountToken": False,  # an agent must not reach the API server
+                "enableServiceLinks": False,
+                "securityContext": {"runAsNonRoot": True, "runAsUser": spec.run_as_user,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "agent", "image": spec.image, "command": spec.command,
+                    "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
+                    "resources": {"requests": {"cpu": spec.cpu, "memory": spec.memory},
+                                  "limits": {"cpu": spec.cpu, "memory": spec.memory}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }],
+            },
+        }
+
+    async def launch(self, spec: SandboxSpec) -> str:
+        pod = Pod.from_dict(self.manifest(spec))
+        try:
+            await self.client.create(pod, namespace=self.namespace)
+            log.info("sandbox %s created for trial %s", pod.metadata.name, spec.trial)
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+            existing = await self.client.get(Pod, pod.metadata.name, namespace=self.namespace)
+            if (existing.metadata.labels or {}).get(self.trial_label) != spec.trial:
+                raise
+            log.info("sandbox %s already exists; reusing it", pod.metadata.name)
+        return pod.metadata.name
+
+    async def wait(self, name: str, timeout: float | None = None) -> SandboxOutcome:
+        """Until the pod has Succeeded or Failed; :class:`SandboxGone` if it is deleted first."""
+        async with asyncio.timeout(timeout):
+            pod = await self._get(name)
+            if pod is None:
+                raise SandboxGone(name)
+            if pod.status and pod.status.phase in FINISHED:
+                return outcome(pod)
+            async for kind, seen in self.client.watch(Pod, namespace=self.namespace, fields={"metadata.name": name},
+                                                       resource_version=pod.metadata.resourceVersion):
+                if kind == "DELETED":
+                    raise SandboxGone(name)
+                if seen.status and seen.status.phase in FINISHED:
+                    return outcome(seen)
+        raise SandboxGone(name)  # the watch ended without an answer
+
+    async def logs(self, name: str, tail_lines: int | None = None) -> str:
+        lines = [line async for line in self.client.log(name, namespace=self.namespace, tail_lines=tail_lines)]
+        return "".join(lines)
+
+    async def delete(self, name: str) -> bool:
+        try:
+            await self.client.delete(Pod, name, namespace=self.namespace)
+            return True
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+
+    async def list(self) -> list[Pod]:
+        pods = [p async for p in self.client.list(Pod, namespace=self.namespace, labels={self.run_label: self.run})]
+        if self.owner is None:
+            return pods
+        return [p for p in pods if any(ref.uid == self.owner.uid for ref in p.metadata.ownerReferences or [])]
+
+    async def reap(self, now: datetime | None = None) -> list[str]:
+        """Delete this manager's sandboxes that finished a grace period ago or outlived the TTL."""
+        now = now or datetime.now(UTC)
+        reaped = []
+        for pod in await self.list():
+            age = (now - pod.metadata.creationTimestamp).total_seconds()
+            ended = finished_at(pod)
+            done_for = (now - ended).total_seconds() if ended else None
+            if age > self.ttl_seconds or (done_for is not None and done_for > self.finished_grace_seconds):
+                if await self.delete(pod.metadata.name):
+                    reaped.append(pod.metadata.name)
+        if reaped:
+            log.info("reaped %d sandbox pod(s): %s", len(reaped), ", ".join(reaped[:5]))
+        return reaped
+
+    async def reap_forever(self, interval_seconds: float) -> None:
+        while True:
+            try:
+                await self.reap()
+            except Exception:  # the API server may be briefly away; try again next round
+                log.exception("sandbox reaping failed")
+            await asyncio.sleep(interval_seconds)
+
+    async def _get(self, name: str) -> Pod | None:
+        try:
+            return await self.client.get(Pod, name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+
+def outcome(pod: Pod) -> SandboxOutcome:
+    terminated = _terminated(pod)
+    return SandboxOutcome(name=pod.metadata.name, phase=pod.status.phase if pod.status else "Unknown",
+                          exit_code=terminated.exitCode if terminated else None,
+                          reason=(terminated.reason if terminated else None) or (pod.status.reason if pod.status else None))
+
+
+def finished_at(pod: Pod) -> datetime | None:
+    """When a finished pod ended; its creation time when the kubelet did not say."""
+    if not (pod.status and pod.status.phase in FINISHED):
+        return None
+    terminated = _terminated(pod)
+    return (terminated.finishedAt if terminated else None) or pod.metadata.creationTimestamp
+
+
+def _terminated(pod: Pod):  # noqa: ANN202
+    for status in (pod.status.containerStatuses if pod.status else None) or []:
+        if status.state and status.state.terminated:
+            return status.state.terminated
+    return None
+
+
+def agent_env(proxy_url: str, run: str, trial: str, trial_key: str) -> dict[str, str]:
+    """What points an agent at the proxy as this trial: both API dialects, path prefix and key.
+
+    The key is a short-lived trial key (HMAC over run/trial/expiry), not the proxy's secret,
+    so it may sit in the pod spec.
+    """
+    base = f"{proxy_url.rstrip('/')}/trials/{run}/{trial}"
+    return {"ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": trial_key,
+            "OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": trial_key,
+            "RLSTACK_RUN": run, "RLSTACK_TRIAL": trial}
+
+
+async def run_once(manager: SandboxManager, spec: SandboxSpec, timeout: float, keep: bool = False) -> tuple[SandboxOutcome, str]:
+    """Launch, wait, read the logs, delete (unless ``keep``): one trial from start to finish."""
+    name = await manager.launch(spec)
+    try:
+        result = await manager.wait(name, timeout)
+        return result, await manager.logs(name)
+    finally:
+        if not keep:
+            await manager.delete(name)
