@@ -106,4 +106,17 @@ kubectl -n "$namespace" exec "$trainer_pod" -- python -m rlstack.cli doctor \
   --registry-url "http://${release}-rlstack-registry:8100" --batcher-url "http://${release}-rlstack-batcher:8000" \
   --proxy-url "http://${release}-rlstack-proxy:4000"
 kubectl -n "$namespace" exec "$trainer_pod" -- cat "/data/runs/${release}/summary.json"
+
+log "an agent sandbox reaches the policy through the proxy (its NetworkPolicy allows nothing else)"
+served="$(helm get values "$release" -n "$namespace" --all -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["servedName"])')"
+trial_secret="$(kubectl -n "$namespace" get secret rlstack-auth -o jsonpath='{.data.trial-key-secret}' | base64 -d)"
+ping_agent='import os, httpx
+r = httpx.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", timeout=300,
+               headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
+               json={"model": os.environ["SERVED"], "messages": [{"role": "user", "content": "1+1="}], "max_tokens": 4})
+r.raise_for_status()
+print("sandbox got:", r.json()["choices"][0]["message"]["content"])'
+"$repo/.venv/bin/rlstack" sandbox e2e ping --namespace "$namespace" --image rlstack/trainer:dev \
+  --proxy-url "http://${release}-rlstack-proxy:4000" --secret "$trial_secret" --timeout 600 -- \
+  env "SERVED=$served" python -c "$ping_agent"
 log "e2e passed"

@@ -113,6 +113,10 @@ def test_network_policies_select_what_they_claim(rendered):
 
     sandbox = policies["sandboxes"]
     assert sandbox["podSelector"]["matchExpressions"] == [{"key": "harbor-run", "operator": "Exists"}]
+    from rlstack.kube.sandboxes import SandboxManager, SandboxSpec
+
+    made = SandboxManager(None, "rl", "run").manifest(SandboxSpec(trial="t", image="a", command=["x"]))  # type: ignore[arg-type]
+    assert "harbor-run" in made["metadata"]["labels"]  # what the sandbox manager creates is what the policy confines
     assert not any("harbor-run" in labels for labels in pods.values())  # no rlstack service is caught by it
     proxy_rule, dns_rule = sandbox["egress"]
     assert [n for n, labels in pods.items() if selects(proxy_rule["to"][0]["podSelector"]["matchLabels"], labels)] == ["proxy"]
