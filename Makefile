@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0'
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev,model,kube]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev,model,kube,wandb]'
 	@touch $@
 
 # vLLM in its own environment (vLLM and LiteLLM pin different versions of shared packages;

@@ -61,6 +61,11 @@ class TrainerSettings(ServiceSettings):
     seed: int = 0
     exit_when_done: bool = False
     """Stop the process after the last step (a local run); a Deployment keeps serving /status instead."""
+    wandb_project: str | None = None
+    """Log steps, evals and the summary to this Weights & Biases project (WANDB_API_KEY, WANDB_MODE apply)."""
+    wandb_entity: str | None = None
+    wandb_run_name: str | None = None
+    """Defaults to the run directory's name."""
 
     @model_validator(mode="after")
     def _sync_mode_matches_training(self) -> TrainerSettings:

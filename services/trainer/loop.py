@@ -13,6 +13,7 @@ import logging
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import torch
@@ -35,6 +36,9 @@ from rlstack.trainer.report import (
 )
 from rlstack.trainer.step import grpo_step
 from rlstack.trainer.sync import WeightPublisher
+
+if TYPE_CHECKING:
+    from rlstack.trainer.tracking import WandbTracker  # wandb is imported only when a project is set
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +121,7 @@ class TrainingLoop:
         headers = {"Authorization": f"Bearer {settings.batcher_token.get_secret_value()}"} if settings.batcher_token else {}
         self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=headers, timeout=60)
         self.publisher = build_publisher(settings)
+        self.tracker: WandbTracker | None = None
 
     # -- set-up ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -216,6 +221,8 @@ class TrainingLoop:
             staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
         )
         append_record(self.records_path, record)
+        if self.tracker is not None:
+            self.tracker.step(record)
         if self.step % self.s.checkpoint_every == 0 or self.step == self.s.steps:
             state = checkpoint.CheckpointState(step=self.step, weight_version=self.weight_version)
             await asyncio.to_thread(checkpoint.save, self.checkpoints, self.model, self.optimizer, state, self.s.keep_checkpoints)
@@ -245,6 +252,10 @@ class TrainingLoop:
 
     async def run(self) -> None:
         await asyncio.to_thread(self._load)
+        if self.s.wandb_project:
+            from rlstack.trainer.tracking import WandbTracker
+
+            self.tracker = await asyncio.to_thread(WandbTracker, self.s, self.run_dir)
         self.status.phase, self.status.step = "registering", self.step
         await self._register()
         if self.step > 0:
@@ -255,6 +266,8 @@ class TrainingLoop:
             self.status.eval_before = await self._evaluate()
             if self.status.eval_before is not None:
                 eval_before_path.write_text(self.status.eval_before.model_dump_json())
+            if self.tracker is not None:
+                self.tracker.evaluation("before", self.status.eval_before, self.step)
         elif eval_before_path.exists():
             self.status.eval_before = EvalResult.model_validate_json(eval_before_path.read_text())
         self.status.phase = "training"
@@ -263,6 +276,8 @@ class TrainingLoop:
         self.status.phase = "evaluating"
         await self._wait_for_registry(self.weight_version)
         self.status.eval_after = await self._evaluate()
+        if self.tracker is not None:
+            self.tracker.evaluation("after", self.status.eval_after, self.step)
         self.finish()
 
     def finish(self) -> None:
@@ -271,6 +286,8 @@ class TrainingLoop:
                             sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
                             model=str(self.s.model), seconds=time.monotonic() - self.started)
         write_summary(self.run_dir / "summary.json", summary)
+        if self.tracker is not None:
+            self.tracker.finish(summary)
         if records:
             plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync_mode} sync)")
         self.status.phase = "done"
