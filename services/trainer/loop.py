@@ -37,8 +37,8 @@ from rlstack.trainer.report import (
 from rlstack.trainer.step import grpo_step
 from rlstack.trainer.sync import WeightPublisher
 
-if TYPE_CHECKING:
-    from rlstack.trainer.tracking import WandbTracker  # wandb is imported only when a project is set
+if TYPE_CHECKING:  # wandb is imported only when a project is set
+    from rlstack.trainer.tracking import WandbTracker
 
 log = logging.getLogger(__name__)
 
