@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.k8s.conftest import CHART, VALUES, by_kind, helm, render
 
@@ -163,3 +164,13 @@ def test_every_setting_the_chart_passes_is_one_the_service_reads(rendered, monke
             for e in ours:  # what the kubelet would substitute: downward-API fields, $(VAR) references
                 m.setenv(e["name"], e.get("value", "from-a-secret-or-field").replace("$(POD_IP)", "10.0.0.1").replace("$(POD_NAME)", "pod-0"))
             cls()
+
+
+def test_wandb_key_comes_from_a_secret_and_the_chart_refuses_a_project_without_one():
+    text = render("values.yaml", "--set", "trainer.wandb.project=rl-runs", "--set", "trainer.wandb.apiKeySecret=wandb")
+    trainer = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-trainer"))
+    env = {e["name"]: e for e in trainer["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RLSTACK_TRAINER_WANDB_PROJECT"]["value"] == "rl-runs"
+    assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "wandb", "key": "api-key"}
+    refused = helm("template", "rl", str(CHART), "--set", "trainer.wandb.project=rl-runs")
+    assert refused.returncode != 0 and "trainer.wandb.apiKeySecret" in refused.stderr
