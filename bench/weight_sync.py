@@ -32,7 +32,9 @@ from _harness import REPO, free_port, server  # noqa: E402
 
 from rlstack.common.registry_client import RegistryClient  # noqa: E402
 from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current  # noqa: E402
+from rlstack.trainer.sync.broadcast import BroadcastPublisher  # noqa: E402
 from rlstack.trainer.sync.filesystem import FilesystemPublisher  # noqa: E402
+from rlstack.trainer.sync.lora import LoraPublisher  # noqa: E402
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -58,39 +60,17 @@ def serves(vllm_port: int) -> bool:
     return httpx.post(f"http://127.0.0.1:{vllm_port}/v1/completions", json=body, timeout=60).status_code == 200
 
 
-def time_filesystem(model, registry_url: str, weights: Path, syncs: int) -> list[float]:  # noqa: ANN001
+def time_syncs(publisher, model, syncs: int, label: str, open_first: bool = False) -> list[float]:  # noqa: ANN001
+    """Nudge the trained weights, publish, repeat: seconds per sync as the publisher measured them."""
     async def run() -> list[float]:
-        publisher = FilesystemPublisher(weights, RegistryClient(registry_url), "policy")
         seconds = []
         try:
-            for version in track(range(1, syncs + 1), description="filesystem sync", console=console):
+            if open_first:  # broadcast: the first sync opens the gloo group; rendezvous is not what we time
+                await publisher.publish(model, 0)
+            for version in track(range(1, syncs + 1), description=f"{label} sync", console=console):
                 with torch.no_grad():
                     for p in model.parameters():
-                        p.add_(torch.randn_like(p) * 1e-3)
-                seconds.append((await publisher.publish(model, version)).seconds)
-        finally:
-            await publisher.aclose()
-        return seconds
-
-    return asyncio.run(run())
-
-
-def time_lora(model_dir: Path, registry_url: str, adapters: Path, syncs: int) -> list[float]:
-    """The lora mode: a rank-16 adapter over the base, loaded under a new name per version."""
-    from rlstack.trainer.config import TrainerSettings
-    from rlstack.trainer.loop import load_policy
-    from rlstack.trainer.sync.lora import LoraPublisher
-
-    model = load_policy(TrainerSettings(model=str(model_dir), sync_mode="lora", lora_rank=16, registry_url=registry_url), None)
-
-    async def run() -> list[float]:
-        publisher = LoraPublisher(adapters, RegistryClient(registry_url), "policy")
-        seconds = []
-        try:
-            for version in track(range(1, syncs + 1), description="lora sync", console=console):
-                with torch.no_grad():
-                    for p in model.parameters():
-                        if p.requires_grad:
+                        if p.requires_grad:  # all of them, or only the adapter's
                             p.add_(torch.randn_like(p) * 1e-3)
                 seconds.append((await publisher.publish(model, version)).seconds)
         finally:
@@ -100,25 +80,12 @@ def time_lora(model_dir: Path, registry_url: str, adapters: Path, syncs: int) ->
     return asyncio.run(run())
 
 
-def time_broadcast(model, registry_url: str, syncs: int) -> list[float]:  # noqa: ANN001
-    """The broadcast mode: tensors over a gloo group into vLLM's weight-transfer engine (first sync opens the group)."""
-    from rlstack.trainer.sync.broadcast import BroadcastPublisher
+def lora_policy(model_dir: Path, registry_url: str):  # noqa: ANN201
+    """The lora mode trains a rank-16 adapter over the base, loaded under a new name per version."""
+    from rlstack.trainer.config import TrainerSettings
+    from rlstack.trainer.loop import load_policy
 
-    async def run() -> list[float]:
-        publisher = BroadcastPublisher(RegistryClient(registry_url), "policy")
-        seconds = []
-        try:
-            await publisher.publish(model, 0)  # rendezvous, not counted
-            for version in track(range(1, syncs + 1), description="broadcast sync", console=console):
-                with torch.no_grad():
-                    for p in model.parameters():
-                        p.add_(torch.randn_like(p) * 1e-3)
-                seconds.append((await publisher.publish(model, version)).seconds)
-        finally:
-            await publisher.aclose()
-        return seconds
-
-    return asyncio.run(run())
+    return load_policy(TrainerSettings(model=str(model_dir), sync_mode="lora", lora_rank=16, registry_url=registry_url), None)
 
 
 def time_restart(checkpoint: Path, registry_url: str, tmp: Path, restarts: int) -> list[float]:
@@ -142,9 +109,10 @@ def bench_model(name: str, model_dir: Path, registry_url: str, tmp: Path, syncs:
     side, vllm = free_port(), free_port()
     console.print(f"[bold]{name}[/] ({params / 1e6:.1f}M params): starting a replica ...")
     with server(replica_cmd(side, vllm, model_dir, registry_url, f"sync-{name}"), side, "/readyz", tmp / f"{name}.log", timeout=600):
-        fs = time_filesystem(model, registry_url, tmp / f"weights-{name}", syncs)
-        broadcast = time_broadcast(model, registry_url, syncs)
-        lora = time_lora(model_dir, registry_url, tmp / f"adapters-{name}", syncs)
+        fs = time_syncs(FilesystemPublisher(tmp / f"weights-{name}", RegistryClient(registry_url), "policy"), model, syncs, "filesystem")
+        broadcast = time_syncs(BroadcastPublisher(RegistryClient(registry_url), "policy"), model, syncs, "broadcast", open_first=True)
+        lora = time_syncs(LoraPublisher(tmp / f"adapters-{name}", RegistryClient(registry_url), "policy"),
+                          lora_policy(model_dir, registry_url), syncs, "lora")
         assert serves(vllm)
     checkpoint = sorted((tmp / f"weights-{name}").glob("v*"))[-1]
     restart = time_restart(checkpoint, registry_url, tmp, restarts)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlstack.launcher.supervisor import free_port  # noqa: F401 - re-exported for tests and benches
+from rlstack.common.ports import free_port  # noqa: F401 - re-exported for tests and benches
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from types import SimpleNamespace
 
 import httpx
 
+from rlstack.common.ports import free_port
 from rlstack.launcher.config import RunConfig, ServiceSpec
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,6 @@ log = logging.getLogger(__name__)
 
 class ServiceFailed(RuntimeError):
     """A service exited or never became ready; the message carries its log tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

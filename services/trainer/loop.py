@@ -12,6 +12,7 @@ import asyncio
 import logging
 import statistics
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,6 +123,8 @@ class TrainingLoop:
         self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=headers, timeout=60)
         self.publisher = build_publisher(settings)
         self.tracker: WandbTracker | None = None
+        self.recent_rewards: deque[float] = deque(maxlen=10)
+        """The last 10 steps' mean reward, for /status (kept here, not re-read from metrics.jsonl)."""
 
     # -- set-up ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -142,6 +145,7 @@ class TrainingLoop:
             # Steps after the checkpoint were lost with the process: their records go too.
             records = [r for r in read_records(self.records_path) if r.step <= self.step]
             self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
+            self.recent_rewards.extend(r.reward_mean for r in records)
             log.info("resumed from %s at step %d", resume, self.step)
 
     async def _register(self) -> None:
@@ -242,10 +246,10 @@ class TrainingLoop:
         m.tokens_per_second.set(r.tokens_per_second)
         m.tokens.inc(r.tokens)
         m.step_seconds.observe(r.step_seconds)
-        recent = [x.reward_mean for x in read_records(self.records_path)[-10:]]
+        self.recent_rewards.append(r.reward_mean)
         self.status = self.status.model_copy(update={
             "phase": "training", "step": r.step, "weight_version": self.weight_version, "reward_mean": r.reward_mean,
-            "reward_recent": statistics.fmean(recent) if recent else None, "loss": r.loss, "staleness": r.staleness_mean,
+            "reward_recent": statistics.fmean(self.recent_rewards), "loss": r.loss, "staleness": r.staleness_mean,
             "sync_seconds": r.sync_seconds if r.sync_seconds is not None else self.status.sync_seconds})
         log.info("step %d/%d reward %.3f loss %.4f clip %.3f stale %.1f sync %s", r.step, self.s.steps, r.reward_mean, r.loss,
                  r.clip_fraction, r.staleness_mean, f"{r.sync_seconds:.2f}s" if r.sync_seconds is not None else "-")

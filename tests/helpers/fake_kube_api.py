@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rlstack.launcher.supervisor import free_port
+from rlstack.common.ports import free_port
 
 
 def _now() -> str:

@@ -7,11 +7,18 @@ loop does not know which one it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+import httpx
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,46 @@ async def fan_out(endpoints: Sequence, push: Callable[[object], Awaitable[None]]
     if endpoints and not done:
         raise SyncFailed(f"no replica took the weights: {failed}")
     return done, failed
+
+
+def replica_headers(api_key: str | None) -> dict[str, str]:
+    """vLLM's --api-key guards the weight routes as well as generation."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def version_rpc(version: int, adapter: str | None = None) -> dict:
+    """``/collective_rpc`` body storing the served version in the worker, where the sidecar reads it."""
+    return {"method": "rlstack_set_weight_version", "kwargs": {"version": version, **({"adapter": adapter} if adapter else {})}}
+
+
+def full_weights(model) -> list[tuple[str, torch.Tensor]]:  # noqa: ANN001 - a transformers PreTrainedModel
+    """Every tensor a replica loads, contiguous; a tied lm_head is the embedding and is not sent twice."""
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    return [(name, p.detach().contiguous()) for name, p in model.state_dict().items() if not (tied and name.endswith("lm_head.weight"))]
+
+
+async def save_version(model, shared_dir: Path, version: int) -> tuple[Path, float]:  # noqa: ANN001 - a PreTrainedModel or PeftModel
+    """``save_pretrained`` into ``<shared_dir>/v<version>`` off the event loop; the path and the seconds it took."""
+    start = time.perf_counter()
+    path = shared_dir / f"v{version:06d}"
+    await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
+    return path, time.perf_counter() - start
+
+
+@contextlib.asynccontextmanager
+async def paused(client: httpx.AsyncClient, url: str) -> AsyncIterator[None]:
+    """Generation paused with in-flight requests kept; resumed whatever happens in between."""
+    (await client.post(f"{url}/pause", params={"mode": "keep"})).raise_for_status()
+    try:
+        yield
+    finally:
+        (await client.post(f"{url}/resume")).raise_for_status()
+
+
+async def mark_new_weights(client: httpx.AsyncClient, url: str, version: int) -> None:
+    """After an in-place update: store the version, and drop KV computed by the old weights."""
+    (await client.post(f"{url}/collective_rpc", json=version_rpc(version))).raise_for_status()
+    (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
 
 
 class WeightPublisher(Protocol):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -23,8 +22,9 @@ import httpx
 import torch
 
 from rlstack.common.gloo import gloo_group
+from rlstack.common.ports import free_port
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport, fan_out
+from rlstack.trainer.sync import SyncReport, fan_out, full_weights, replica_headers, version_rpc
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +36,6 @@ class ReplicaLink:
     store: object
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 class BroadcastPublisher:
     def __init__(self, registry: RegistryClient, served_model: str, trainer_host: str = "127.0.0.1",
                  replica_api_key: str | None = None, timeout_s: float = 300.0) -> None:
@@ -49,15 +43,14 @@ class BroadcastPublisher:
         self.served_model = served_model
         self.trainer_host = trainer_host
         """Address the replicas' workers reach the trainer's rendezvous on (the pod IP in a cluster)."""
-        self.headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.headers = replica_headers(replica_api_key)
         self.timeout_s = timeout_s
         self.links: dict[str, ReplicaLink] = {}
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers PreTrainedModel
         start = time.perf_counter()
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
-        tensors = [(name, p.detach().contiguous().cpu()) for name, p in model.state_dict().items()
-                   if not name.endswith("lm_head.weight") or not getattr(model.config, "tie_word_embeddings", False)]
+        tensors = [(name, t.cpu()) for name, t in full_weights(model)]  # gloo sends from CPU memory
         done, failed = await fan_out(endpoints, lambda e: asyncio.to_thread(self._sync, e.id, str(e.url).rstrip("/"), tensors, version))
         for replica in failed:
             self.links.pop(replica, None)  # a replica that failed rejoins with a fresh group next time
@@ -113,8 +106,7 @@ class BroadcastPublisher:
                 if "error" in result:
                     raise RuntimeError(f"{url} failed to receive weights: {result['error']}")
                 client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)}).raise_for_status()
-                rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version}}
-                client.post(f"{url}/collective_rpc", json=rpc).raise_for_status()
+                client.post(f"{url}/collective_rpc", json=version_rpc(version)).raise_for_status()
                 client.post(f"{url}/reset_prefix_cache").raise_for_status()
             finally:
                 client.post(f"{url}/resume").raise_for_status()

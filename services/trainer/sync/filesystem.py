@@ -9,7 +9,6 @@ version on its next heartbeat, so the registry shows it within one heartbeat.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from pathlib import Path
@@ -17,7 +16,14 @@ from pathlib import Path
 import httpx
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport, fan_out
+from rlstack.trainer.sync import (
+    SyncReport,
+    fan_out,
+    mark_new_weights,
+    paused,
+    replica_headers,
+    save_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +34,12 @@ class FilesystemPublisher:
         self.shared_dir = shared_dir
         self.registry = registry
         self.served_model = served_model
-        self.headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.headers = replica_headers(replica_api_key)
         self.keep_versions = keep_versions
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers PreTrainedModel
         start = time.perf_counter()
-        path = self.shared_dir / f"v{version:06d}"
-        await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
-        saved = time.perf_counter() - start
+        path, saved = await save_version(model, self.shared_dir, version)
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
             done, failed = await fan_out(endpoints, lambda e: self._reload(client, str(e.url).rstrip("/"), path, version))
@@ -45,15 +49,10 @@ class FilesystemPublisher:
         return report
 
     async def _reload(self, client: httpx.AsyncClient, url: str, path: Path, version: int) -> None:
-        (await client.post(f"{url}/pause", params={"mode": "keep"})).raise_for_status()
-        try:
+        async with paused(client, url):
             rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
             (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
-            rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version}}
-            (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
-            (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
-        finally:
-            (await client.post(f"{url}/resume")).raise_for_status()
+            await mark_new_weights(client, url, version)
 
     async def aclose(self) -> None:
         await self.registry.aclose()

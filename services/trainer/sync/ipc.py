@@ -22,7 +22,7 @@ import httpx
 import torch
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport, fan_out
+from rlstack.trainer.sync import SyncReport, fan_out, full_weights, mark_new_weights, paused
 
 log = logging.getLogger(__name__)
 HandleFn = Callable[[torch.Tensor], tuple]
@@ -62,8 +62,7 @@ class IpcPublisher:
         start = time.perf_counter()
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
         # Contiguous views of the live parameters: they must stay alive until vLLM has copied them.
-        tensors = [(name, p.detach().contiguous()) for name, p in model.state_dict().items()
-                   if not name.endswith("lm_head.weight") or not getattr(model.config, "tie_word_embeddings", False)]
+        tensors = full_weights(model)
         payload = update_payload(tensors, self.gpu_uuid, self.handle)
         async with httpx.AsyncClient(timeout=600, headers=self.headers, transport=self.transport) as client:
             done, failed = await fan_out(endpoints, lambda e: self._sync(client, e.id, str(e.url).rstrip("/"), payload, version))
@@ -74,16 +73,11 @@ class IpcPublisher:
         if replica_id not in self.initialised:
             (await client.post(f"{url}/init_weight_transfer_engine", json={"init_info": {"packed": False}})).raise_for_status()
             self.initialised.add(replica_id)
-        (await client.post(f"{url}/pause", params={"mode": "keep"})).raise_for_status()
-        try:
+        async with paused(client, url):
             (await client.post(f"{url}/start_weight_update")).raise_for_status()
             (await client.post(f"{url}/update_weights", json={"update_info": payload})).raise_for_status()
             (await client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)})).raise_for_status()
-            rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version}}
-            (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
-            (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
-        finally:
-            (await client.post(f"{url}/resume")).raise_for_status()
+            await mark_new_weights(client, url, version)
 
     async def aclose(self) -> None:
         await self.registry.aclose()

@@ -11,7 +11,6 @@ adapter moves: megabytes instead of the whole model, and no pause is needed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncReport, fan_out
+from rlstack.trainer.sync import SyncReport, fan_out, replica_headers, save_version, version_rpc
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +33,13 @@ class LoraPublisher:
         self.shared_dir = shared_dir
         self.registry = registry
         self.served_model = served_model
-        self.headers = {"Authorization": f"Bearer {replica_api_key}"} if replica_api_key else {}
+        self.headers = replica_headers(replica_api_key)
         self.loaded: dict[str, list[str]] = {}
         """Adapters each replica holds, oldest first (by replica URL)."""
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a peft PeftModel
         start = time.perf_counter()
-        path = self.shared_dir / f"v{version:06d}"
-        await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
-        saved = time.perf_counter() - start
+        path, saved = await save_version(model, self.shared_dir, version)
         endpoints = (await self.registry.list(model=self.served_model, ready=True)).endpoints
         name = adapter_name(self.served_model, version)
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
@@ -57,8 +54,7 @@ class LoraPublisher:
         r = await client.post(f"{url}/v1/load_lora_adapter", json=body)
         if r.status_code != 200:
             raise RuntimeError(f"{url} refused adapter {name}: {r.status_code} {r.text[:300]}")
-        rpc = {"method": "rlstack_set_weight_version", "kwargs": {"version": version, "adapter": name}}
-        (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
+        (await client.post(f"{url}/collective_rpc", json=version_rpc(version, adapter=name))).raise_for_status()
         held = self.loaded.setdefault(url, [])
         held.append(name)
         while len(held) > 2:  # the newest serves, the previous finishes what was routed to it

@@ -10,38 +10,23 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import torch
 
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.loop import load_policy
-from rlstack.trainer.loss import GRPOLossConfig
-from rlstack.trainer.step import grpo_step, policy_logprobs
 from rlstack.trainer.sync.lora import LoraPublisher, adapter_name
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.logprob_probe import (
+    TOLERANCE,
+    gap,
+    grpo_step_on,
+    probe_group,
+    trainer_logprobs,
+    vllm_logprobs,
+)
 
-PROBE = [1, 298, 203, 306, 283, 225, 22, 15, 23, 35, 2, 203, 1, 309, 203]
-TOLERANCE = 0.05
 SERVED = "policy-lora"
-
-
-def trainer_logprobs(model, tokens: list[int] = PROBE) -> list[float]:  # noqa: ANN001
-    with torch.no_grad():
-        lp = policy_logprobs(model, torch.tensor([tokens[:-1]]), torch.ones(1, len(tokens) - 1, dtype=torch.long), torch.tensor([tokens[1:]]))
-    return lp[0].tolist()
-
-
-def vllm_logprobs(url: str, model: str) -> list[float]:
-    body = {"model": model, "prompt": PROBE, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 0}
-    r = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
-    r.raise_for_status()
-    return [next(iter(d.values()))["logprob"] for d in r.json()["choices"][0]["prompt_logprobs"][1:]]
-
-
-def gap(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b))
 
 
 def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs, tmp_path):
@@ -52,12 +37,7 @@ def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs,
         old = trainer_logprobs(model)
         assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE
 
-        completions = [PROBE[5:9], PROBE[9:13]]
-        tokens = [PROBE[:5] + c for c in completions]
-        inference = [[0.0] + trainer_logprobs(model, t) for t in tokens]
-        group = {"tokens": tokens, "masks": [[-100] * 5 + c for c in completions], "scores": [1.0, 0.0], "inference_logprobs": inference}
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        grpo_step(model, torch.optim.AdamW(trainable, lr=5e-2), to_tensors([group]), GRPOLossConfig())
+        grpo_step_on(model, probe_group(model))
         new = trainer_logprobs(model)
         assert gap(new, old) > 10 * TOLERANCE
 
