@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, free_port, server  # noqa: E402
 from _http import RawHttpClient  # noqa: E402
 
+from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
+
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
 PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
@@ -125,7 +127,7 @@ def main() -> None:
                     task = progress.add_task(f"{side} {name}", total=args.requests)
                     results.setdefault(name, {})[side] = asyncio.run(
                         run_cell(port, prefix, args.requests, concurrency, tokens, stream, progress, task))
-            trajectory_lines = sum(1 for _ in (tmp_path / "trials" / "bench" / "t" / "litellm-trajectory.jsonl").open())
+            trajectory_lines = len(read_trajectory(tmp_path / "trials" / "bench" / "t"))
 
     table = Table(title=f"proxy vs direct vLLM ({args.requests} requests per cell, tiny model on CPU)")
     for col in ("cell", "direct req/s", "proxy req/s", "direct p50/p99 ms", "proxy p50/p99 ms", "direct tok/s", "proxy tok/s", "tok/s ratio"):

@@ -52,6 +52,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, free_port, server  # noqa: E402
 
+from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
 from rlstack.envs.agent.agents import AgentLimits, builtin_agent, trial_env  # noqa: E402
 from rlstack.envs.harbor.dataset import load_dataset  # noqa: E402
 from rlstack.envs.harbor.task import HarborTask  # noqa: E402
@@ -217,8 +218,7 @@ async def agent_cell(side: str, tasks: tuple[HarborTask, ...], root: Path, n: in
         trial_dir = trials_dir / run / result.trial
         transcript = trial_dir / "agent" / "agent.jsonl"
         calls += sum(1 for _ in transcript.open()) if transcript.exists() else 0
-        trajectory = trial_dir / "litellm-trajectory.jsonl"
-        logged += sum(1 for _ in trajectory.open()) if trajectory.exists() else 0
+        logged += len(read_trajectory(trial_dir))
     ok = [r for r in results if r.status == TrialStatus.OK]
     if len(ok) != n:
         bad = next(r for r in results if r.status != TrialStatus.OK)

@@ -14,7 +14,9 @@ from rlstack.common.logs import configure_logging
 from rlstack.common.settings import ServiceSettings
 
 
-def run_service(settings_cls: type[ServiceSettings], app_factory: str, before_import: Callable[[ServiceSettings], None] | None = None) -> None:
+def run_service(settings_cls: type[ServiceSettings], app_factory: str, before_import: Callable[[ServiceSettings], None] | None = None,
+                worker_factory: str | None = None) -> None:
+    """``worker_factory`` (a no-argument ``module:function``) lets ``--workers N`` run N processes on one port."""
     settings = settings_cls.from_cli()
     if settings.dry_run:
         print(settings.dump_json())
@@ -22,6 +24,12 @@ def run_service(settings_cls: type[ServiceSettings], app_factory: str, before_im
     configure_logging(settings.log_level, settings.log_format)
     if before_import is not None:
         before_import(settings)
+    workers = getattr(settings, "workers", 1)
+    if worker_factory is not None and workers > 1:
+        from rlstack.common.server import serve_workers
+
+        serve_workers(worker_factory, settings, workers)
+        return
     module, _, name = app_factory.partition(":")
     build = getattr(importlib.import_module(module), name)
     from rlstack.common.server import serve

@@ -106,3 +106,14 @@ def serve(app: Any, settings: ServiceSettings) -> None:
     if supervisor is not None:
         supervisor.stop_process = server.request_stop
     server.run()
+
+
+def serve_workers(factory: str, settings: ServiceSettings, workers: int) -> None:
+    """Run ``workers`` processes on one listening socket, each building its app with ``factory`` (``module:function``).
+
+    uvicorn's process manager binds the socket once, spawns the workers (they inherit the
+    parent's argv and environment, so each resolves the same settings), restarts a worker that
+    dies and forwards SIGTERM for a graceful stop of all.
+    """
+    uvicorn.run(factory, factory=True, workers=workers, host=settings.host, port=settings.port, log_config=None,
+                access_log=False, timeout_graceful_shutdown=30)

@@ -2,8 +2,10 @@
 
 import os
 import secrets
+import tempfile
 
 from rlstack.common.entrypoint import run_service
+from rlstack.common.metrics import MULTIPROCESS_ENV
 from rlstack.proxy.config import ProxySettings
 
 OFFLINE_ENV = {
@@ -22,9 +24,16 @@ def prepare_litellm_env(settings: ProxySettings) -> None:
         os.environ.setdefault(key, value)
     # Model calls are authorised by our trial-key hook; the master key only guards LiteLLM's
     # admin routes, so an unset one becomes a random, unknowable one rather than none at all.
-    master = settings.master_key.get_secret_value() if settings.master_key else f"sk-{secrets.token_hex(24)}"
-    os.environ["LITELLM_MASTER_KEY"] = master
+    if settings.master_key:
+        os.environ["LITELLM_MASTER_KEY"] = settings.master_key.get_secret_value()
+    else:
+        os.environ.setdefault("LITELLM_MASTER_KEY", f"sk-{secrets.token_hex(24)}")  # workers inherit the parent's
+    if settings.workers > 1 and not os.environ.get(MULTIPROCESS_ENV):
+        # prometheus_client reads this at import: every worker's metrics land in one directory and
+        # /metrics, whichever worker answers it, sums them.
+        os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="rlstack-proxy-metrics-")
 
 
 if __name__ == "__main__":
-    run_service(ProxySettings, "rlstack.proxy.app:ProxyApp", before_import=prepare_litellm_env)
+    run_service(ProxySettings, "rlstack.proxy.app:ProxyApp", before_import=prepare_litellm_env,
+                worker_factory="rlstack.proxy.app:worker_app")

@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +24,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rlstack.common.auth import bearer
+from rlstack.common.logs import configure_logging
 from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.server import health_response, readiness_response
@@ -53,7 +57,7 @@ class ProxyApp:
         self.registry_client = RegistryClient(str(settings.registry_url))
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
                                    settings.watch_timeout_seconds)
-        self.writer = TrajectoryWriter(settings.trials_dir, self.metrics.trajectory_lines)
+        self.writer = TrajectoryWriter(settings.trials_dir, settings.writer_id or default_writer_id(), self.metrics.trajectory_lines)
         self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
@@ -95,6 +99,7 @@ class ProxyApp:
             router.set_model_list(deployments)
             router.fallbacks = fallbacks
         self.proxy_server.llm_model_list = deployments
+        self.metrics.replicas_ready.set(len(self.view.endpoints))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -154,3 +159,21 @@ class ProxyApp:
 
     async def metrics_route(self, request: Request):  # noqa: ANN201
         return metrics_response(self.registry)
+
+
+def default_writer_id() -> str:
+    """``<hostname>-<pid>``: a pod's name is its hostname, so no two proxy processes anywhere share one."""
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()) or "proxy"
+    return f"{host[:100]}-{os.getpid()}"
+
+
+def worker_app() -> ProxyApp:
+    """uvicorn's factory in each process of ``--workers N``: spawned with the parent's argv and environment.
+
+    A worker whose loop dies stops itself as SIGTERM would; uvicorn's manager starts a new one.
+    """
+    settings = ProxySettings.from_cli()
+    configure_logging(settings.log_level, settings.log_format)
+    app = ProxyApp(settings)
+    app.supervisor.stop_process = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    return app

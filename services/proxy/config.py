@@ -25,7 +25,11 @@ class ProxySettings(ServiceSettings):
     trial_key_secret: SecretStr | None = None
     """HMAC secret for trial keys; unset = open mode (identity from the path prefix or 'default')."""
     trials_dir: Path = Path("data/trials")
-    """Trajectory files go to <trials-dir>/<run>/<trial>/litellm-trajectory.jsonl."""
+    """Trajectory files go to <trials-dir>/<run>/<trial>/litellm-trajectory.<writer-id>.jsonl."""
+    writer_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    """Names this process's trajectory files; unset = <hostname>-<pid>, unique per process and pod."""
+    workers: int = Field(default=1, ge=1, le=64)
+    """Proxy processes sharing the port (LiteLLM's per-call CPU work uses one core per process)."""
     master_key: SecretStr | None = None
     """LiteLLM's admin key (its management routes); a random one per process when unset."""
     watch_timeout_seconds: float = Field(default=10.0, gt=0, le=300)

@@ -1,7 +1,9 @@
 """Appends trajectory records to per-trial JSONL files from one writer thread.
 
-Callbacks only enqueue (never block a response); one thread owns every file, so concurrent
-calls of one trial can never interleave half-lines, and shutdown drains the queue before exit.
+Callbacks only enqueue (never block a response); one thread owns every file it writes, so
+concurrent calls of one trial can never interleave half-lines, and shutdown drains the queue
+before exit. Each proxy process writes files named by its own writer id, so several worker
+processes and pods never append to the same file (see ``trajectory_file``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from rlstack.common.contracts.trajectory import TrajectoryRecord
+from rlstack.common.contracts.trajectory import TrajectoryRecord, trajectory_file
 
 log = logging.getLogger(__name__)
-FILE_NAME = "litellm-trajectory.jsonl"
 _STOP = object()
 
 
 class TrajectoryWriter:
-    def __init__(self, trials_dir: Path, lines: Counter | None = None) -> None:
+    def __init__(self, trials_dir: Path, writer_id: str, lines: Counter | None = None) -> None:
         self.trials_dir = trials_dir
+        self.writer_id = writer_id
         self.lines = lines
         """``rlstack_proxy_trajectory_lines{outcome}``: a failed write must show on the dashboard, not only in a log."""
         self._queue: queue.Queue = queue.Queue()
@@ -31,7 +33,7 @@ class TrajectoryWriter:
         self.failed = 0
 
     def path_for(self, run: str, trial: str) -> Path:
-        return self.trials_dir / run / trial / FILE_NAME
+        return trajectory_file(self.trials_dir / run / trial, self.writer_id)
 
     def start(self) -> None:
         self._thread.start()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from rlstack.common.contracts.trajectory import TRAJECTORY_STEM
 from rlstack.trainer.mismatch import Mismatch
 
 WINDOW = 10
@@ -74,10 +75,10 @@ def read_records(path: Path) -> list[StepRecord]:
 
 
 def count_trajectories(trials_dir: Path | None) -> int:
-    """Lines in every trial's litellm-trajectory.jsonl (one per proxied call)."""
+    """Lines in every trial's trajectory files (one per proxied call)."""
     if trials_dir is None or not trials_dir.is_dir():
         return 0
-    return sum(sum(1 for line in p.open() if line.strip()) for p in trials_dir.glob("*/*/litellm-trajectory.jsonl"))
+    return sum(sum(1 for line in p.open() if line.strip()) for p in trials_dir.glob(f"*/*/{TRAJECTORY_STEM}*.jsonl"))
 
 
 def _mean(values: list[float]) -> float | None:

@@ -1,4 +1,4 @@
-"""One line of ``litellm-trajectory.jsonl``: a model call as the trainer needs it.
+"""One line of a trial's trajectory file: a model call as the trainer needs it, and where those files live.
 
 Token ids and logprobs are vLLM's own (``return_token_ids``, ``logprobs``), never a
 re-tokenisation of text: multi-turn RL breaks on retokenisation drift.
@@ -6,9 +6,14 @@ re-tokenisation of text: multi-turn RL breaks on retokenisation drift.
 
 from __future__ import annotations
 
+import logging
+import re
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+
+log = logging.getLogger(__name__)
 
 
 class TrajectoryChoice(BaseModel):
@@ -41,3 +46,47 @@ class TrajectoryRecord(BaseModel):
     usage: dict[str, Any] | None = None
     status: Literal["ok", "error"] = "ok"
     error: str | None = None
+
+
+TRAJECTORY_STEM = "litellm-trajectory"
+WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def trajectory_file(trial_dir: Path, writer_id: str) -> Path:
+    """``<trial>/litellm-trajectory.<writer>.jsonl``: one file per proxy process, so no two writers ever share one.
+
+    Appends from two NFS clients to one file are not atomic; several proxy pods (and several
+    worker processes per pod) each own their file instead, and readers merge them.
+    """
+    if not WRITER_ID_PATTERN.match(writer_id):
+        raise ValueError(f"writer id {writer_id!r} must match {WRITER_ID_PATTERN.pattern}")
+    return trial_dir / f"{TRAJECTORY_STEM}.{writer_id}.jsonl"
+
+
+def trajectory_files(trial_dir: Path) -> list[Path]:
+    """Every writer's file of one trial (``litellm-trajectory.jsonl`` of older runs included), by name."""
+    return sorted(trial_dir.glob(f"{TRAJECTORY_STEM}*.jsonl"))
+
+
+def trajectory_size(trial_dir: Path) -> int:
+    """Bytes written so far, all writers together: a reader waits until this stops growing."""
+    return sum(p.stat().st_size for p in trajectory_files(trial_dir))
+
+
+def read_trajectory(trial_dir: Path) -> list[TrajectoryRecord]:
+    """All calls of one trial, merged across writers in the order they started.
+
+    A line that is not a record (a torn last line while a writer is mid-append) is skipped
+    with a warning rather than losing the trial.
+    """
+    records: list[TrajectoryRecord] = []
+    for path in trajectory_files(trial_dir):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(TrajectoryRecord.model_validate_json(line))
+            except ValidationError as exc:
+                log.warning("%s:%d: skipped, not a trajectory record (%s)", path, n, exc.errors()[0]["msg"])
+    records.sort(key=lambda r: (r.started_at, r.ended_at))
+    return records

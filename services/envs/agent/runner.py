@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import math
 import random
@@ -25,7 +24,7 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rlstack.common.contracts.trajectory import TrajectoryRecord
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory, trajectory_size
 from rlstack.envs.agent.agents import AgentLimits, builtin_agent, claude_code_agent, trial_env
 from rlstack.envs.agent.assemble import Assembly, assemble
 from rlstack.envs.config import EnvSettings
@@ -253,7 +252,7 @@ class AgentEnvRunner(EnvRunner):
         """The trial's JSONL once the proxy's writer has caught up (it appends after each response)."""
         seen, quiet_since = -1, time.monotonic()
         while True:
-            size = paths.trajectory.stat().st_size if paths.trajectory.exists() else 0
+            size = await asyncio.to_thread(trajectory_size, paths.root)
             if size != seen:
                 seen, quiet_since = size, time.monotonic()
             elif time.monotonic() - quiet_since >= self.s.trajectory_settle_seconds:
@@ -261,8 +260,7 @@ class AgentEnvRunner(EnvRunner):
             await asyncio.sleep(0.1)
         if not seen:
             return []
-        lines = (await asyncio.to_thread(paths.trajectory.read_text)).splitlines()
-        return [TrajectoryRecord.model_validate(json.loads(line)) for line in lines if line.strip()]
+        return await asyncio.to_thread(read_trajectory, paths.root)
 
     def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict:
         rewards = [o.result.reward for o in outcomes]

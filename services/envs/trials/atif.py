@@ -1,6 +1,6 @@
 """A trial's conversation as Harbor's ATIF trajectory: ``<trial>/agent/trajectory.json``.
 
-Our own record (``litellm-trajectory.jsonl``) is one line per model call, in the client's API shape;
+Our own record (``litellm-trajectory.<writer>.jsonl``) is one line per model call, in the client's API shape;
 ATIF is one document per agent run, step by step, which Harbor's viewers and tools read.
 
 Target: ATIF-v1.8, the newest ``schema_version`` of Harbor's pydantic models
@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlstack.common.contracts.trajectory import TrajectoryRecord
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.trials.layout import TrialPaths
 from rlstack.envs.trials.records import TrialResult
 
@@ -251,16 +251,7 @@ def trial_to_atif(records: list[TrajectoryRecord], result: TrialResult | None, a
 def write_atif(trial_root: Path, agent_name: str, agent_version: str | None = None) -> Path | None:
     """Writes ``agent/trajectory.json`` atomically; None when the trial made no successful model call."""
     paths = TrialPaths(root=trial_root)
-    if not paths.trajectory.is_file():
-        return None
-    records: list[TrajectoryRecord] = []
-    for n, line in enumerate(paths.trajectory.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(TrajectoryRecord.model_validate_json(line))
-        except ValidationError as exc:  # a torn last line must not lose the whole trial
-            log.warning("%s:%d: skipped, not a trajectory record (%s)", paths.trajectory, n, exc.errors()[0]["msg"])
+    records = read_trajectory(trial_root)
     if not any(r.status == "ok" and r.choices for r in records):
         return None
     result = TrialResult.model_validate_json(paths.result.read_text()) if paths.result.is_file() else None

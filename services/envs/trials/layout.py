@@ -2,7 +2,7 @@
 
 ::
 
-    litellm-trajectory.jsonl   every model call of the trial (written by the proxy)
+    litellm-trajectory.<writer>.jsonl   every model call of the trial (one file per proxy process)
     agent/                     instruction.md, stdout.txt, stderr.txt, exit_code.txt (+ the agent's own logs)
     verifier/                  test-stdout.txt, reward.txt or reward.json
     result.json                the TrialResult
@@ -40,6 +40,3 @@ class TrialPaths(BaseModel):
     def result(self) -> Path:
         return self.root / "result.json"
 
-    @property
-    def trajectory(self) -> Path:
-        return self.root / "litellm-trajectory.jsonl"

@@ -79,18 +79,18 @@ class ProxyHandle:
 
     def lines(self, run: str, trial: str, expect: int, timeout: float = 20.0) -> list[dict]:
         """The trial's trajectory lines, once at least ``expect`` have been written."""
-        import json
         import time
 
-        path = self.trials_dir / run / trial / "litellm-trajectory.jsonl"
+        from rlstack.common.contracts.trajectory import read_trajectory
+
+        trial_dir = self.trials_dir / run / trial
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if path.exists():
-                lines = [json.loads(line) for line in path.read_text().splitlines() if line]
-                if len(lines) >= expect:
-                    return lines
+            lines = [r.model_dump() for r in read_trajectory(trial_dir)]
+            if len(lines) >= expect:
+                return lines
             time.sleep(0.1)
-        raise AssertionError(f"{path}: fewer than {expect} lines after {timeout}s")
+        raise AssertionError(f"{trial_dir}: fewer than {expect} trajectory lines after {timeout}s")
 
 
 @pytest.fixture(scope="session")

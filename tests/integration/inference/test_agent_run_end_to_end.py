@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.common.contracts.trajectory import TrajectoryRecord
+from rlstack.common.contracts.trajectory import read_trajectory
 from rlstack.envs.agent.assemble import assemble
 from tests.conftest import REPO
 
@@ -66,7 +66,7 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     merged = [r for r in results if (r["trajectory"] or {}).get("merged_calls", 0) >= 1]  # None: stopped mid-assembly
     assert merged, "no trial made a second call that extended its first"
     trial = run_dir / "trials" / "agent" / merged[0]["trial"]
-    calls = [TrajectoryRecord.model_validate_json(line) for line in (trial / "litellm-trajectory.jsonl").read_text().splitlines()]
+    calls = read_trajectory(trial)
     main = max(assemble(calls).sequences, key=lambda s: s.trained_tokens)
     in_thread = [c for c in calls if main.tokens[: len(c.prompt_token_ids)] == c.prompt_token_ids]
     assert len(in_thread) >= 2

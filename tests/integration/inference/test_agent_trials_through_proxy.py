@@ -17,6 +17,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlstack.common.contracts.atropos import MASKED
+from rlstack.common.contracts.trajectory import read_trajectory
 from tests.conftest import REPO, ServiceProcess
 from tests.helpers.groups import trainer_registration
 from tests.helpers.wait import wait_until
@@ -60,7 +61,7 @@ def trial_dirs(proxy, run: str) -> list[Path]:
 
 def check_group_is_vllms_tokens(group: dict, trial: Path, tokenizer) -> None:
     """Every posted sequence is the trial's calls, token for token; only completions are trained."""
-    lines = [json.loads(line) for line in (trial / "litellm-trajectory.jsonl").read_text().splitlines()]
+    lines = [r.model_dump() for r in read_trajectory(trial)]
     first = lines[0]
     completion = first["choices"][0]["completion_token_ids"]
     sequence = group["tokens"][0]
@@ -99,7 +100,7 @@ def test_builtin_agent_trials_become_a_group_of_vllms_own_tokens(service_factory
 
 
 def _first_sequence_matches(group: dict, trial: Path) -> bool:
-    line = json.loads((trial / "litellm-trajectory.jsonl").read_text().splitlines()[0])
+    line = read_trajectory(trial)[0].model_dump()
     return group["tokens"][0][: len(line["prompt_token_ids"])] == line["prompt_token_ids"] and \
         line["choices"][0]["completion_token_ids"] == [t for t, m in zip(group["tokens"][0], group["masks"][0])
                                                        if m != MASKED][: len(line["choices"][0]["completion_token_ids"])]
@@ -124,10 +125,9 @@ def test_claude_code_trials_run_in_the_sandbox_and_a_failed_agent_posts_nothing(
     assert "output token maximum" in (trial / "agent" / "stdout.txt").read_text()  # claude-code's own verdict
     assert httpx.get(f"{batcher.url}/status").json()["queue_size"] == 0  # nothing posted for it
 
-    from rlstack.common.contracts.trajectory import TrajectoryRecord
     from rlstack.envs.agent.assemble import assemble
 
-    calls = [TrajectoryRecord.model_validate_json(line) for line in (trial / "litellm-trajectory.jsonl").read_text().splitlines()]
+    calls = read_trajectory(trial)
     first = calls[0]
     assert first.api == "anthropic" and len(first.prompt_token_ids) > 5_000  # claude-code's own system prompt and tools
     assembly = assemble(calls)

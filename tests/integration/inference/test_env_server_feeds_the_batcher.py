@@ -30,8 +30,7 @@ def test_env_posts_groups_built_from_vllm_ids(proxy, registry, stack_logs, tmp_p
 
         logged = {}
         for worker in (0, 1):
-            path = proxy.trials_dir / "envtest" / f"arithmetic-{worker}" / "litellm-trajectory.jsonl"
-            if path.exists():
+            if (proxy.trials_dir / "envtest" / f"arithmetic-{worker}").exists():
                 for line in proxy.lines("envtest", f"arithmetic-{worker}", expect=1):
                     for choice in line["choices"]:
                         logged[tuple(line["prompt_token_ids"] + choice["completion_token_ids"])] = line

@@ -1,4 +1,8 @@
 import asyncio
+import json
+import os
+import subprocess
+import sys
 
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.proxy.discovery import Discovery, ReplicaView, model_list
@@ -30,6 +34,23 @@ def test_sticky_choice_is_stable_and_moves_only_the_lost_replicas_trials():
     del view.endpoints["r1"]
     after = {t: view.sticky_replica(t) for t in before}
     assert all(after[t] == r for t, r in before.items() if r != "r1")
+
+
+STICKY_IN_ANOTHER_PROCESS = """
+import json
+from tests.unit.proxy.test_discovery import make
+view, _, _ = make(4)
+print(json.dumps({f"t{i}": view.sticky_replica(f"t{i}") for i in range(40)}))
+"""
+
+
+def test_every_proxy_process_pins_a_trial_to_the_same_replica():
+    """Workers and pods share no state: the choice must not depend on the process (Python's hash() is salted)."""
+    view, _, _ = make(4)
+    here = {f"t{i}": view.sticky_replica(f"t{i}") for i in range(40)}
+    there = subprocess.run([sys.executable, "-c", STICKY_IN_ANOTHER_PROCESS], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert json.loads(there) == here and len(set(here.values())) == 4
 
 
 def test_forget_drops_a_refusing_replica_but_never_the_last():

@@ -16,13 +16,13 @@ def test_written_and_failed_lines_are_counted(tmp_path):
     registry = CollectorRegistry()
     metrics = ProxyMetrics(registry)
     (tmp_path / "blocked").write_text("a file where the run directory should be")
-    writer = TrajectoryWriter(tmp_path, metrics.trajectory_lines)
+    writer = TrajectoryWriter(tmp_path, "w1", metrics.trajectory_lines)
     writer.start()
     writer.submit(record("ok", "t1"))
     writer.submit(record("ok", "t1"))
     writer.submit(record("blocked", "t2"))
     writer.close()
-    assert (tmp_path / "ok" / "t1" / "litellm-trajectory.jsonl").read_text().count("\n") == 2
+    assert (tmp_path / "ok" / "t1" / "litellm-trajectory.w1.jsonl").read_text().count("\n") == 2
     assert registry.get_sample_value("rlstack_proxy_trajectory_lines_total", {"outcome": "written"}) == 2
     assert registry.get_sample_value("rlstack_proxy_trajectory_lines_total", {"outcome": "failed"}) == 1
     assert (writer.written, writer.failed) == (2, 1)

@@ -164,7 +164,8 @@ def test_models_enforce_harbor_rules():
 def test_write_atif(tmp_path):
     assert write_atif(tmp_path, "mini") is None  # no trajectory file
     lines = [r.model_dump_json() for r in openai_records()]
-    (tmp_path / "litellm-trajectory.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:40])  # torn last line
+    (tmp_path / "litellm-trajectory.proxy-a.jsonl").write_text("\n".join(lines[:2]) + "\n")  # two writers
+    (tmp_path / "litellm-trajectory.proxy-b.jsonl").write_text("\n".join(lines[2:]) + "\n" + lines[0][:40])  # torn last line
     (tmp_path / "result.json").write_text(result().model_dump_json())
     path = write_atif(tmp_path, "mini", "1.2")
     assert path == tmp_path / "agent" / "trajectory.json" and sorted(p.name for p in path.parent.iterdir()) == ["trajectory.json"]
@@ -177,5 +178,5 @@ def test_write_atif(tmp_path):
 
 def test_write_atif_without_ok_records(tmp_path):
     failed = openai_records()[0].model_copy(update={"status": "error", "choices": []})
-    (tmp_path / "litellm-trajectory.jsonl").write_text(failed.model_dump_json() + "\n")
+    (tmp_path / "litellm-trajectory.proxy-a.jsonl").write_text(failed.model_dump_json() + "\n")
     assert write_atif(tmp_path, "mini") is None and not (tmp_path / "agent").exists()

@@ -1,0 +1,91 @@
+"""Several proxy processes (a second "pod" running two workers, beside the session's proxy)
+share one trials directory: every call of every trial is logged exactly once, whole, whichever
+process served it, and the workers' metrics add up on one /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory, trajectory_files
+from tests.conftest import PROXY_PYTHON, start_service
+from tests.integration.inference.conftest import SECRET
+
+TRIALS, CALLS_PER_TRIAL = 12, 4
+
+
+@pytest.fixture
+def two_worker_proxy(registry, replica, proxy, stack_logs):
+    svc = start_service(
+        "proxy",
+        ["--registry-url", registry.url, "--trials-dir", str(proxy.trials_dir), "--trial-key-secret", SECRET,
+         "--max-tokens-cap", "64", "--watch-timeout-seconds", "2", "--workers", "2"],
+        stack_logs, python=PROXY_PYTHON, ready_timeout=180,
+    )
+    yield svc
+    assert svc.terminate(timeout=60) == 0
+
+
+def worker_pids(parent: int) -> set[int]:
+    children = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        if re.search(rf"^PPid:\s+{parent}$", text, re.M) and "spawn_main" in (status.parent / "cmdline").read_bytes().decode(errors="replace"):
+            children.add(int(status.parent.name))
+    return children
+
+
+async def one_trial(urls: list[str], proxy, trial: str) -> list[str]:
+    """The trial's calls alternate between proxies, each on a new connection (so the kernel picks the worker)."""
+    answers = []
+    for n in range(CALLS_PER_TRIAL):
+        body = {"model": "policy", "messages": [{"role": "user", "content": f"{trial} call {n}: 2 + {n}?"}], "max_tokens": 4}
+        async with httpx.AsyncClient(timeout=120) as client:
+            r = await client.post(f"{urls[n % len(urls)]}/v1/chat/completions", json=body,
+                                  headers={"Authorization": f"Bearer {proxy.key('scale', trial)}"})
+        assert r.status_code == 200, r.text
+        answers.append(r.json()["id"])
+    return answers
+
+
+def test_many_writers_lose_and_interleave_nothing(proxy, two_worker_proxy):
+    assert len(worker_pids(two_worker_proxy.proc.pid)) == 2
+
+    async def everything() -> list[list[str]]:
+        return await asyncio.gather(*(one_trial([proxy.url, two_worker_proxy.url], proxy, f"t{i}") for i in range(TRIALS)))
+
+    asyncio.run(everything())
+    writers: set[str] = set()
+    for i in range(TRIALS):
+        trial_dir = proxy.trials_dir / "scale" / f"t{i}"
+        records = proxy_lines_settled(trial_dir, CALLS_PER_TRIAL)
+        assert len(records) == CALLS_PER_TRIAL
+        assert [r.request["messages"][0]["content"] for r in records] == [f"t{i} call {n}: 2 + {n}?" for n in range(CALLS_PER_TRIAL)]
+        assert all(r.status == "ok" and r.choices[0].completion_token_ids for r in records)
+        files = trajectory_files(trial_dir)
+        assert len(files) >= 2  # calls went to both proxies: never two writers on one file
+        writers.update(f.name for f in files)
+    assert len(writers) >= 2
+
+    # Each worker counts its own calls; whichever answers the scrape renders the sum.
+    metrics = httpx.get(f"{two_worker_proxy.url}/metrics").text
+    served = sum(float(v) for v in re.findall(r'^rlstack_proxy_calls_total\{api="openai",[^}]*status="ok"\} (\S+)$', metrics, re.M))
+    assert served == TRIALS * CALLS_PER_TRIAL // 2
+
+
+def proxy_lines_settled(trial_dir: Path, expect: int, timeout: float = 20.0) -> list[TrajectoryRecord]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    records = read_trajectory(trial_dir)
+    while len(records) < expect and time.monotonic() < deadline:
+        time.sleep(0.1)
+        records = read_trajectory(trial_dir)
+    return records
