@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from rlstack.agent.config import AgentSettings
 from rlstack.agent.tools import Workspace, tool_schemas
+from rlstack.common.auth import bearer
 
 log = logging.getLogger("rlstack.agent")
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     transcript = s.transcript or (s.instruction_file.parent / "agent.jsonl" if s.instruction_file.parent.is_dir() else None)
-    headers = {"Authorization": f"Bearer {s.api_key.get_secret_value()}"}
+    headers = bearer(s.api_key.get_secret_value())
     with httpx.Client(base_url=s.base_url.rstrip("/"), headers=headers, timeout=600) as client:
         try:
             ending = run_episode(s, client, transcript)

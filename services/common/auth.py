@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hmac
+from typing import TYPE_CHECKING
 
-from fastapi import HTTPException, Request
 from pydantic import SecretStr
+
+if TYPE_CHECKING:  # clients (the agent in a sandbox, CLIs) import ``bearer`` without the web framework
+    from fastapi import Request
 
 
 def bearer(token: str | SecretStr | None) -> dict[str, str]:
@@ -24,6 +27,8 @@ def require_bearer(request: Request, token: SecretStr | None) -> None:
     scheme, _, presented = header.partition(" ")
     expected = token.get_secret_value()
     if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), expected):
+        from fastapi import HTTPException
+
         raise HTTPException(
             status_code=401,
             detail="authorization: missing or wrong bearer token",

@@ -16,7 +16,9 @@ import time
 import orjson
 from pydantic import BaseModel, Field
 
-NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+from rlstack.common.names import ID_BODY, ID_PATTERN
+
+NAME = ID_PATTERN
 PREFIX = "rlst_"
 
 
@@ -65,7 +67,7 @@ def verify(secret: str, key: str, now: float | None = None) -> TrialIdentity:
     return identity
 
 
-PATH_PREFIX = re.compile(r"^/trials/(?P<run>[A-Za-z0-9][A-Za-z0-9._-]{0,127})/(?P<trial>[A-Za-z0-9][A-Za-z0-9._-]{0,127})(?P<rest>/.*)$")
+PATH_PREFIX = re.compile(rf"^/trials/(?P<run>{ID_BODY})/(?P<trial>{ID_BODY})(?P<rest>/.*)$")
 
 
 def agent_env(proxy_url: str, run: str, trial: str, trial_key: str) -> dict[str, str]:

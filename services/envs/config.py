@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from rlstack.common.names import ID_PATTERN
 from rlstack.common.settings import ServiceSettings
 
 
@@ -28,7 +29,7 @@ class EnvSettings(ServiceSettings):
     """Secret shared with the proxy to mint this env's trial key; open proxies need none."""
     registry_url: HttpUrl | None = None
     """Read to stamp groups with the oldest weight version being served."""
-    run_id: str = Field(default="local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    run_id: str = Field(default="local", pattern=ID_PATTERN)
     served_model: str = "policy"
     group_size: int = Field(default=8, ge=1, le=256)
     max_tokens: int = Field(default=16, ge=1)

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from rlstack.common.names import ID_PATTERN
 from rlstack.common.settings import ServiceSettings
 
 
@@ -32,7 +33,7 @@ class InferenceSettings(ServiceSettings):
     """Registry to register in; unset runs the replica unregistered."""
     registry_token: SecretStr | None = None
     """Bearer token for the registry's write routes."""
-    replica_id: str = Field(default_factory=lambda: socket.gethostname(), pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    replica_id: str = Field(default_factory=lambda: socket.gethostname(), pattern=ID_PATTERN)
     """Stable id in the registry (the pod name in Kubernetes)."""
     dp_rank: int | None = Field(default=None, ge=0)
     """Data-parallel rank, reported to the registry."""
@@ -62,8 +63,10 @@ class InferenceSettings(ServiceSettings):
     """Engine for the broadcast/ipc weight-sync modes: auto is gloo (ours) on CPU, nccl on CUDA."""
     extra_vllm_args: list[str] = Field(default_factory=list)
     """Passed to vLLM verbatim, last."""
-    startup_timeout_seconds: float = Field(default=900, gt=0)
-    """How long model loading may take before the replica gives up."""
+    startup_timeout_seconds: float = Field(default=1800, gt=0)
+    """How long model loading may take before the replica gives up; as long as the chart's
+    startupProbe window (the chart sets it to that window), so Kubernetes never restarts a
+    replica that would still have finished loading."""
     weight_version: int = Field(default=0, ge=0)
     """Policy version of the checkpoint at start."""
 

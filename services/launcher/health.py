@@ -6,6 +6,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from rlstack.common.contracts.atropos import MASKED
 from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
 console = Console()
@@ -32,7 +33,7 @@ def smoke_check(supervisor: Supervisor) -> None:
     with httpx.Client(base_url=batcher.url, timeout=10) as c:
         c.post("/register", json={"batch_size": 2, "max_token_len": 64}).raise_for_status()
         env = c.post("/register-env", json={"max_token_length": 64, "desired_name": "smoke", "group_size": 2}).json()
-        group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[-100, 2, 3], [-100, 2, 4]], "scores": [1.0, 0.0], "env_id": env["env_id"]}
+        group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[MASKED, 2, 3], [MASKED, 2, 4]], "scores": [1.0, 0.0], "env_id": env["env_id"]}
         c.post("/scored_data", json=group).raise_for_status()
         batch = c.get("/batch").json()["batch"]
         if not batch or batch[0]["tokens"] != group["tokens"]:

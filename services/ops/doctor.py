@@ -8,6 +8,7 @@ usually means and what to do, so the first red line is where to look.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import time
@@ -19,6 +20,8 @@ import httpx
 from pydantic import BaseModel, HttpUrl
 
 from rlstack.common.auth import bearer
+from rlstack.common.contracts.registry import EndpointList
+from rlstack.common.registry_client import RegistryClient
 
 if TYPE_CHECKING:
     from lightkube.resources.core_v1 import Pod
@@ -93,21 +96,28 @@ def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
                  remedies.get(r.status_code, "see the proxy's log"))
 
 
+async def _registered(c: DoctorConfig) -> EndpointList:
+    registry = RegistryClient(str(c.registry_url), timeout=c.timeout_s)
+    try:
+        return await registry.list(model=c.served_model)
+    finally:
+        await registry.aclose()
+
+
 def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
     try:
-        endpoints = client.get(_url(c.registry_url, "/v1/endpoints")).json()["endpoints"]
+        ours = asyncio.run(_registered(c)).endpoints
     except httpx.HTTPError as exc:
         return Check("replicas registered", False, type(exc).__name__, explain(exc, "registry"))
-    ours = [e for e in endpoints if e["model"] == c.served_model]
-    ready = [e for e in ours if e["ready"]]
-    detail = ", ".join(f"{e['id']} v{e['weight_version']}{'' if e['ready'] else ' (not ready)'}" for e in ours) or "none"
+    ready = [e for e in ours if e.ready]
+    detail = ", ".join(f"{e.id} v{e.weight_version}{'' if e.ready else ' (not ready)'}" for e in ours) or "none"
     if not ours:
         return Check("replicas registered", False, detail,
                      "no replica registered: replicas still loading (sidecar /readyz), or they cannot reach the registry URL")
     if not ready:
         return Check("replicas registered", False, detail,
                      "registered but not ready: the registry cannot reach vLLM's URL or /v1/models lacks the model (advertise URL? NetworkPolicy?)")
-    versions = {e["weight_version"] for e in ready}
+    versions = {e.weight_version for e in ready}
     note = "" if len(versions) == 1 else f"; replicas disagree on the weight version {sorted(versions)} (a sync in progress, or one failed)"
     return Check("replicas registered", True, f"{len(ready)}/{len(ours)} ready: {detail}{note}")
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from rlstack.common.names import ID_PATTERN
 from rlstack.common.settings import ServiceSettings
 
 
@@ -26,7 +27,7 @@ class ProxySettings(ServiceSettings):
     """HMAC secret for trial keys; unset = open mode (identity from the path prefix or 'default')."""
     trials_dir: Path = Path("data/trials")
     """Trajectory files go to <trials-dir>/<run>/<trial>/litellm-trajectory.<writer-id>.jsonl."""
-    writer_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    writer_id: str | None = Field(default=None, pattern=ID_PATTERN)
     """Names this process's trajectory files; unset = <hostname>-<pid>, unique per process and pod."""
     workers: int = Field(default=1, ge=1, le=64)
     """Proxy processes sharing the port (LiteLLM's per-call CPU work uses one core per process)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
-ENDPOINT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+from rlstack.common.names import ID_PATTERN
+
+ENDPOINT_ID_PATTERN = ID_PATTERN
 
 
 class EndpointRegistration(BaseModel):

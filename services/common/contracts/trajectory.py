@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from rlstack.common.names import ID_PATTERN
+
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,7 @@ class TrajectoryRecord(BaseModel):
 
 
 TRAJECTORY_STEM = "litellm-trajectory"
-WRITER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+WRITER_ID_PATTERN = re.compile(ID_PATTERN)
 
 
 def trajectory_file(trial_dir: Path, writer_id: str) -> Path:
