@@ -1,19 +1,24 @@
-"""Settings shared by every service: pydantic-settings with env vars and CLI flags.
+"""Settings shared by every service: pydantic-settings with a YAML file, env vars and CLI flags.
 
-Precedence is defaults < env vars (``RLSTACK_<SERVICE>_<FIELD>``) < CLI flags (``--field-name``),
-so a container's env and a developer's flags compose the way DESIGN.md promises.
+Precedence is defaults < ``--config file.yaml`` (field names as keys) < env vars
+(``RLSTACK_<SERVICE>_<FIELD>``) < CLI flags (``--field-name``): a checked-in file holds a run's
+shape, a container's env and a developer's flags override it, and ``--dry-run`` prints the result.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 LogLevel = Literal["debug", "info", "warning", "error"]
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("rlstack_config_file", default=None)
 
 
 class ServiceSettings(BaseSettings):
@@ -38,16 +43,48 @@ class ServiceSettings(BaseSettings):
     """One line per event; json for log collectors."""
     auth_token: SecretStr | None = None
     """Bearer token required on mutating routes; unset disables auth."""
+    config: Path | None = None
+    """YAML file of settings (field names as keys); env vars and flags override what it says."""
     dry_run: bool = False
     """Print the resolved settings as JSON and exit."""
     failure_exit_delay_seconds: float = Field(default=2.0, ge=0, le=600)
     """After a background loop dies: how long /healthz answers 503 with the cause before the process exits 1."""
 
     @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The config file, when one is named, ranks below env vars (flags rank above all: pydantic-settings puts them first)."""
+        sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        path = _CONFIG_FILE.get()
+        if path is not None:
+            sources = (*sources, YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return sources
+
+    @classmethod
     def from_cli(cls, argv: Sequence[str] | None = None) -> Self:
-        """Resolve defaults, env vars and flags (flags win)."""
+        """Resolve defaults, the config file, env vars and flags (flags win)."""
         args = list(sys.argv[1:] if argv is None else argv)
-        return cls(_cli_parse_args=args)
+        path = cls._config_file(args)
+        if path is not None and not path.is_file():
+            raise SystemExit(f"--config: {path} is not a file")
+        token = _CONFIG_FILE.set(path)
+        try:
+            return cls(_cli_parse_args=args)
+        finally:
+            _CONFIG_FILE.reset(token)
+
+    @classmethod
+    def _config_file(cls, args: list[str]) -> Path | None:
+        """``--config`` must be known before the sources are built, so it is read from the flags and env first."""
+        for i, arg in enumerate(args):
+            if arg == "--config" and i + 1 < len(args):
+                return Path(args[i + 1])
+            if arg.startswith("--config="):
+                return Path(arg.partition("=")[2])
+        prefix = cls.model_config.get("env_prefix", "")
+        value = os.environ.get(f"{prefix}CONFIG")
+        return Path(value) if value else None
 
     def dump_json(self) -> str:
         """Resolved settings with secrets masked, for --dry-run and startup logs."""
