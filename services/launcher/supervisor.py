@@ -1,51 +1,30 @@
 """Starts services as child processes in dependency order and stops them in reverse.
 
 Each service gets its own log file under the run directory; a service that dies is reported
-with the tail of its log. Children are stopped by PID with SIGTERM, then SIGKILL after a grace
-period, never by name.
+with the tail of its log (process handling is ``common.process``, shared with tests and benches).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
-
 from rlstack.common.ports import free_port
+from rlstack.common.process import ServiceFailed, ServiceProcess, log_tail, start_process
 from rlstack.launcher.config import RunConfig, ServiceSpec
 
 log = logging.getLogger(__name__)
-
-
-class ServiceFailed(RuntimeError):
-    """A service exited or never became ready; the message carries its log tail."""
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
+__all__ = ["Running", "ServiceFailed", "Supervisor", "log_tail"]
 
 
 @dataclass
-class Running:
-    spec: ServiceSpec
-    port: int
-    proc: subprocess.Popen
-    log_path: Path
+class Running(ServiceProcess):
+    """A started service and the spec it was started from."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    spec: ServiceSpec | None = None
 
 
 class Supervisor:
@@ -69,7 +48,7 @@ class Supervisor:
     def start(self, spec: ServiceSpec) -> Running:
         addresses = {**self._addresses(), "run_dir": str(self.run_dir)}
         args = [a.format(**addresses) for a in spec.args]
-        env = {**os.environ, **{k: v.format(**addresses) for k, v in spec.env.items()}}
+        env = {k: v.format(**addresses) for k, v in spec.env.items()}
         log_path = self.run_dir / "logs" / f"{spec.name}.log"
         port = self.ports[spec.name]
         python = str(Path(spec.python).absolute()) if spec.python else self.python
@@ -77,26 +56,12 @@ class Supervisor:
             raise ServiceFailed(f"{spec.name}: no interpreter at {python} (run `make setup`)")
         cmd = [python, "-m", spec.module, "--port", str(port), *args]
         log.info("starting %s: %s", spec.name, " ".join(cmd[1:]))
-        with log_path.open("ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        running = Running(spec, port, proc, log_path)
+        started = start_process(spec.name, cmd, port, log_path, env=env, new_session=True)
+        running = Running(started.name, started.port, started.proc, started.log_path, spec)
         self.running[spec.name] = running
-        self._wait_ready(running)
+        running.wait_ready(spec.ready_path, spec.ready_timeout_s, poll=0.2)
+        log.info("%s ready at %s", spec.name, running.url)
         return running
-
-    def _wait_ready(self, svc: Running) -> None:
-        deadline = time.monotonic() + svc.spec.ready_timeout_s
-        while time.monotonic() < deadline:
-            if svc.proc.poll() is not None:
-                raise ServiceFailed(f"{svc.spec.name} exited with {svc.proc.returncode}:\n{log_tail(svc.log_path)}")
-            try:
-                if httpx.get(svc.url + svc.spec.ready_path, timeout=2).status_code == 200:
-                    log.info("%s ready at %s", svc.spec.name, svc.url)
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise ServiceFailed(f"{svc.spec.name} not ready after {svc.spec.ready_timeout_s}s:\n{log_tail(svc.log_path)}")
 
     def check_alive(self, except_for: str | None = None) -> None:
         for svc in self.running.values():
@@ -110,12 +75,8 @@ class Supervisor:
         for name in reversed(list(self.running)):
             svc = self.running[name]
             if svc.proc.poll() is None:
-                svc.proc.send_signal(signal.SIGTERM)
-                try:
-                    svc.proc.wait(grace_s)
-                except subprocess.TimeoutExpired:
-                    log.warning("%s ignored SIGTERM for %.0fs; killing", name, grace_s)
-                    svc.proc.kill()
-                    svc.proc.wait()
+                code = svc.terminate(grace_s)
+                if code == -9:
+                    log.warning("%s ignored SIGTERM for %.0fs and was killed", name, grace_s)
             codes[name] = svc.proc.returncode
         return codes

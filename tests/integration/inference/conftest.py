@@ -57,7 +57,7 @@ def registry(stack_logs) -> Iterator[ServiceProcess]:
 def replica(registry, tiny_model, stack_logs) -> Iterator[ReplicaHandle]:
     handle = start_replica(registry.url, tiny_model, stack_logs, "replica-0")
     yield handle
-    handle.sidecar.terminate(timeout=60)
+    handle.sidecar.terminate(grace=60)
 
 
 SECRET = "integration-secret"

@@ -27,7 +27,7 @@ def two_worker_proxy(registry, replica, proxy, stack_logs):
         stack_logs, python=PROXY_PYTHON, ready_timeout=180,
     )
     yield svc
-    assert svc.terminate(timeout=60) == 0
+    assert svc.terminate(grace=60) == 0
 
 
 def worker_pids(parent: int) -> set[int]:

@@ -47,4 +47,4 @@ def test_added_replica_serves_and_killed_replica_costs_no_request(proxy, registr
         wait_until(lambda: replicas_in(proxy) == ["replica-0"], timeout=60)
         assert call(999)[0] == 200
     finally:
-        late.sidecar.terminate(timeout=60)
+        late.sidecar.terminate(grace=60)

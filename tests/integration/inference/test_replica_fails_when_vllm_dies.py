@@ -38,7 +38,7 @@ def test_sidecar_whose_vllm_dies_deregisters_fails_health_and_exits_1(registry, 
         assert httpx.get(f"{sidecar.url}/readyz").status_code == 503
         assert sidecar.proc.poll() is None  # still answering 503 while the exit delay runs
     finally:
-        code = sidecar.terminate(timeout=60)
+        code = sidecar.terminate(grace=60)
     assert code == 1  # the failure outlives a clean SIGTERM
     log = sidecar.log()
     assert log.count("replica failed: RuntimeError: vLLM exited with -9") == 1

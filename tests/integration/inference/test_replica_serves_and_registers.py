@@ -43,7 +43,7 @@ def test_sigterm_deregisters_before_vllm_stops(registry, tiny_model, stack_logs)
         ids = lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]]  # noqa: E731
         assert "replica-short-lived" in ids()  # the sidecar is ready only once registered
     finally:
-        code = second.sidecar.terminate(timeout=60)
+        code = second.sidecar.terminate(grace=60)
     assert code == 0
     assert "replica-short-lived" not in ids()  # removed by the replica itself, not by TTL expiry
     log = second.sidecar.log()

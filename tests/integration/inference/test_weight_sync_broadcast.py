@@ -64,5 +64,5 @@ def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, 
 
         wait_until(lambda: registered_version() == 2, timeout=20)
     finally:
-        replica.sidecar.terminate(timeout=60)
+        replica.sidecar.terminate(grace=60)
 

@@ -58,5 +58,5 @@ def test_filesystem_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model,
 
         wait_until(lambda: registered_version() == 1, timeout=20)
     finally:
-        replica.sidecar.terminate(timeout=60)
+        replica.sidecar.terminate(grace=60)
 

@@ -106,7 +106,7 @@ def test_a_replica_serving_wrong_weights_is_reported_and_routed_around(registry,
         wait_until(lambda: endpoint(registry, BAD)["ready"] and endpoint(registry, BAD)["quarantine"] is None, timeout=30)
         wait_until(lambda: replicas_in(proxy) == ["replica-0", BAD], timeout=30)
     finally:
-        bad.sidecar.terminate(timeout=60)
+        bad.sidecar.terminate(grace=60)
 
 
 def sampled_group(vllm_url: str, version: int) -> dict:

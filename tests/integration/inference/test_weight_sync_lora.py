@@ -61,4 +61,4 @@ def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs,
 
         wait_until(lambda: entry()["weight_version"] == 1 and entry()["labels"].get("adapter") == name, timeout=20)
     finally:
-        replica.sidecar.terminate(timeout=60)
+        replica.sidecar.terminate(grace=60)
