@@ -19,7 +19,8 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlstack.common.auth import bearer
-from rlstack.common.http import request_with_retries
+from rlstack.common.batcher_client import BatcherClient, BatcherRefused
+from rlstack.common.contracts.atropos import EnvRegistration
 from rlstack.common.registry_client import RegistryClient
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.rollout import build_group, completion_parts
@@ -28,10 +29,6 @@ from rlstack.envs.tasks import build_task
 log = logging.getLogger(__name__)
 BATCHER_RETRY_SECONDS = 1.0
 SINGLE_TURN_TOKEN_LIMIT = 2048
-
-
-class BatcherRefused(Exception):
-    """The batcher answers but rejects this env (reset, or a wrong token): waiting cannot fix it."""
 
 
 class EnvMetrics:
@@ -53,8 +50,8 @@ class EnvRunner:
         self.trainer_token_limit: int | None = None
         """The trainer's max_token_len (Atropos /info): no sequence posted is longer."""
         self.recent_rewards: deque[float] = deque(maxlen=100)
-        batcher_headers = bearer(settings.batcher_token)
-        self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=batcher_headers, timeout=30)
+        token = settings.batcher_token.get_secret_value() if settings.batcher_token else None
+        self.batcher = BatcherClient(str(settings.batcher_url), token)
         self.proxy = httpx.AsyncClient(base_url=str(settings.proxy_url).rstrip("/"), timeout=600)
         self.registry = RegistryClient(str(settings.registry_url)) if settings.registry_url else None
 
@@ -64,25 +61,25 @@ class EnvRunner:
 
     async def register(self) -> None:
         """Register with the batcher, waiting while it is away or has no trainer yet (not ready meanwhile)."""
-        body = {"max_token_length": await self.token_limit(), "desired_name": self.s.name, "weight": 1.0,
-                "group_size": self.s.group_size}
+        registration = EnvRegistration(max_token_length=await self.token_limit(), desired_name=self.s.name, weight=1.0,
+                                       group_size=self.s.group_size)
         last_problem = None
         while True:
             try:
-                reply = (await request_with_retries(self.batcher, "POST", "/register-env", json=body)).json()
+                reply = await self.batcher.register_env(registration)
+                problem = None if reply.status == "success" else reply.model_dump(exclude_none=True)
             except (httpx.HTTPError, ValueError) as exc:  # away, or a proxy in front answering non-JSON
-                reply = {"detail": f"batcher unavailable: {exc!r}"}
-            if reply.get("status") == "success":
-                self.env_id = reply["env_id"]
+                reply, problem = None, f"batcher unavailable: {exc!r}"
+            if reply is not None and reply.env_id is not None and problem is None:
+                self.env_id = reply.env_id
                 break
-            problem = reply.get("detail", reply)
             if problem != last_problem:  # say why once, then keep trying: the trainer may (re)register
                 log.warning("not registered yet: %s", problem)
                 last_problem = problem
             await asyncio.sleep(BATCHER_RETRY_SECONDS)
-        info = (await request_with_retries(self.batcher, "GET", "/info")).json()
-        self.batch_size = info["batch_size"]
-        self.trainer_token_limit = info.get("max_token_len") if (info.get("max_token_len") or 0) > 0 else None
+        info = await self.batcher.info()
+        self.batch_size = info.batch_size
+        self.trainer_token_limit = info.max_token_len if info.max_token_len > 0 else None
         log.info("registered as env %d (%s); batch size %d", self.env_id, self.s.name, self.batch_size)
 
     async def token_limit(self) -> int:
@@ -91,12 +88,8 @@ class EnvRunner:
 
     async def backlog_full(self) -> bool:
         """Whether enough groups already wait; httpx errors are transient, ``BatcherRefused`` is not."""
-        r = await self.batcher.request("GET", "/status-env", json={"env_id": self.env_id})
-        if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
-            raise BatcherRefused(f"batcher refused env {self.env_id}: {r.status_code} {r.text[:300]}")
-        r.raise_for_status()
-        status = r.json()
-        waiting_sequences = status["queue_size"] * self.s.group_size
+        status = await self.batcher.env_status(self.env_id)
+        waiting_sequences = status.queue_size * self.s.group_size
         return waiting_sequences >= self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size)
 
     async def weight_version(self) -> int | None:
@@ -151,9 +144,7 @@ class EnvRunner:
         return {"accuracy": sum(right) / max(1, len(held)), "problems": len(held), "weight_version": version}
 
     async def post(self, group: dict) -> None:
-        r = await request_with_retries(self.batcher, "POST", "/scored_data", json=group, attempts=6, max_delay=10)
-        if r.status_code != 200:
-            raise RuntimeError(f"batcher refused the group: {r.status_code} {r.text[:300]}")
+        await self.batcher.post_group(group)
         self.metrics.groups_posted.labels(self.s.name).inc()
 
     async def worker(self, index: int) -> None:
@@ -177,7 +168,7 @@ class EnvRunner:
                 continue
             try:
                 await self.post(await self.rollout(next(self.problems), trial))
-            except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+            except (httpx.HTTPError, BatcherRefused, RuntimeError, ValueError) as exc:  # this group only: the next may pass
                 self.metrics.groups_dropped.labels(self.s.name).inc()
                 log.warning("group dropped: %s", exc)
                 await asyncio.sleep(1.0)

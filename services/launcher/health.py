@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 from rich.console import Console
 from rich.table import Table
 
-from rlstack.common.contracts.atropos import MASKED
+from rlstack.common.batcher_client import BatcherClient
+from rlstack.common.contracts.atropos import (
+    MASKED,
+    EnvRegistration,
+    ScoredData,
+    TrainerRegistration,
+)
 from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
 console = Console()
@@ -30,12 +38,20 @@ def smoke_check(supervisor: Supervisor) -> None:
     batcher = supervisor.running.get("batcher")
     if batcher is None:
         return
-    with httpx.Client(base_url=batcher.url, timeout=10) as c:
-        c.post("/register", json={"batch_size": 2, "max_token_len": 64}).raise_for_status()
-        env = c.post("/register-env", json={"max_token_length": 64, "desired_name": "smoke", "group_size": 2}).json()
-        group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[MASKED, 2, 3], [MASKED, 2, 4]], "scores": [1.0, 0.0], "env_id": env["env_id"]}
-        c.post("/scored_data", json=group).raise_for_status()
-        batch = c.get("/batch").json()["batch"]
-        if not batch or batch[0]["tokens"] != group["tokens"]:
+    step = asyncio.run(_round_trip(batcher.url))
+    console.print(f"batcher round trip ok: step {step}")
+
+
+async def _round_trip(url: str) -> int:
+    client = BatcherClient(url, timeout=10)
+    try:
+        await client.register_trainer(TrainerRegistration(batch_size=2, max_token_len=64), attempts=3)
+        env = await client.register_env(EnvRegistration(max_token_length=64, desired_name="smoke", group_size=2))
+        group = ScoredData(tokens=[[1, 2, 3], [1, 2, 4]], masks=[[MASKED, 2, 3], [MASKED, 2, 4]], scores=[1.0, 0.0], env_id=env.env_id)
+        await client.post_group(group)
+        batch = await client.batch()
+        if not batch or batch[0]["tokens"] != group.tokens:
             raise ServiceFailed(f"batcher round trip returned {batch!r}")
-        console.print(f"batcher round trip ok: step {c.get('/status').json()['current_step']}")
+        return (await client.status()).current_step
+    finally:
+        await client.aclose()

@@ -20,6 +20,8 @@ import httpx
 from pydantic import BaseModel, HttpUrl
 
 from rlstack.common.auth import bearer
+from rlstack.common.batcher_client import BatcherClient, BatcherRefused
+from rlstack.common.contracts.atropos import Status
 from rlstack.common.contracts.registry import EndpointList
 from rlstack.common.registry_client import RegistryClient
 
@@ -104,6 +106,14 @@ async def _registered(c: DoctorConfig) -> EndpointList:
         await registry.aclose()
 
 
+async def _batcher_status(c: DoctorConfig) -> Status:
+    batcher = BatcherClient(str(c.batcher_url), timeout=c.timeout_s)
+    try:
+        return await batcher.status()
+    finally:
+        await batcher.aclose()
+
+
 def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
     try:
         ours = asyncio.run(_registered(c)).endpoints
@@ -124,10 +134,10 @@ def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
 
 def check_batcher(c: DoctorConfig, client: httpx.Client) -> Check:
     try:
-        status = client.get(_url(c.batcher_url, "/status")).json()
-    except httpx.HTTPError as exc:
+        status = asyncio.run(_batcher_status(c))
+    except (httpx.HTTPError, BatcherRefused) as exc:
         return Check("batcher", False, type(exc).__name__, explain(exc, "batcher"))
-    return Check("batcher", True, f"step {status.get('current_step')}, {status.get('queue_size')} group(s) waiting")
+    return Check("batcher", True, f"step {status.current_step}, {status.queue_size} group(s) waiting")
 
 
 def check_gpus() -> Check | None:

@@ -1,0 +1,77 @@
+"""Client for the batcher's API as rlstack's own services use it: typed bodies out, typed replies back.
+
+Atropos clients (atroposlib's ``BaseEnv`` and trainers) keep talking to the same routes
+unchanged; this is for the env servers, the launcher's smoke check and ``rlstack doctor``.
+Transient failures (connection refused, 502-504) are retried; a 4xx other than 408/429 is the
+caller's mistake or a batcher that forgot it (a reset) and raises ``BatcherRefused``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from rlstack.common.auth import bearer
+from rlstack.common.contracts.atropos import (
+    EnvRegistration,
+    EnvStatus,
+    RegisterEnvResponse,
+    ScoredData,
+    Status,
+    TrainerRegistration,
+)
+from rlstack.common.http import request_with_retries
+
+
+class BatcherRefused(Exception):
+    """The batcher answered 4xx: retrying the same request cannot help."""
+
+
+class BatcherInfo(BaseModel):
+    """``GET /info``: the registered trainer's batch shape (-1 while none is registered)."""
+
+    batch_size: int
+    max_token_len: int
+
+
+class BatcherClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=bearer(token), timeout=httpx.Timeout(timeout, connect=3.0))
+
+    async def _call(self, method: str, path: str, attempts: int = 4, max_delay: float = 5.0, **kwargs: Any) -> httpx.Response:
+        r = await request_with_retries(self._client, method, path, attempts=attempts, max_delay=max_delay, **kwargs)
+        if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
+            raise BatcherRefused(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        r.raise_for_status()
+        return r
+
+    async def register_trainer(self, registration: TrainerRegistration, attempts: int = 30) -> None:
+        await self._call("POST", "/register", attempts=attempts, max_delay=2, json=registration.model_dump())
+
+    async def register_env(self, registration: EnvRegistration) -> RegisterEnvResponse:
+        """The reply's ``status`` is "failure" (with a reason) while no trainer is registered."""
+        r = await self._call("POST", "/register-env", json=registration.model_dump(exclude_none=True))
+        return RegisterEnvResponse.model_validate_json(r.content)
+
+    async def info(self) -> BatcherInfo:
+        return BatcherInfo.model_validate_json((await self._call("GET", "/info")).content)
+
+    async def status(self) -> Status:
+        return Status.model_validate_json((await self._call("GET", "/status")).content)
+
+    async def env_status(self, env_id: int) -> EnvStatus:
+        """One try: callers poll this and decide themselves how to wait out an outage."""
+        return EnvStatus.model_validate_json((await self._call("GET", "/status-env", attempts=1, json={"env_id": env_id})).content)
+
+    async def post_group(self, group: ScoredData | dict[str, Any]) -> None:
+        body = group.model_dump(exclude_none=True) if isinstance(group, ScoredData) else group
+        await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body)
+
+    async def batch(self) -> list[dict[str, Any]] | None:
+        """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready."""
+        return (await self._call("GET", "/batch", attempts=10, max_delay=2)).json().get("batch")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
