@@ -106,8 +106,22 @@ run-agent: setup setup-sandbox
 
 # kind cluster with GPU nodes (CPU=1: without), images, helm install, a short run, the health
 # chain, logs on failure, teardown. Needs docker, kind, kubectl and helm; never run on CI here.
+# DRY_RUN=1 prints the commands in order instead (docs/kubernetes.md).
 e2e: setup
-	CPU=$(CPU) bash k8s/e2e.sh
+	CPU=$(CPU) DRY_RUN=$(DRY_RUN) bash k8s/e2e.sh
+
+# The three images the chart runs (docker). REGISTRY=registry.example.com/team names them
+# <REGISTRY>/rlstack/<name>:<TAG> (TAG: the chart's appVersion); push-images pushes them there.
+# Install with --set imageRegistry=$(REGISTRY). CPU=1: the CPU torch wheel and a vllm-cpu base.
+.PHONY: images push-images
+REGISTRY ?=
+TAG ?=
+DRY_RUN ?= 0
+images:
+	CPU=$(CPU) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=0 bash k8s/images.sh
+
+push-images:
+	CPU=$(CPU) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=1 bash k8s/images.sh
 
 bench: setup setup-atropos
 	$(VENV)/bin/python bench/batcher.py

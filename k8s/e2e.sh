@@ -1,40 +1,54 @@
 #!/usr/bin/env bash
 # make e2e: a kind cluster (GPU nodes, or CPU=1 without), the three images built and loaded,
-# the chart installed, a short training run, the health chain, logs collected on failure,
-# the cluster deleted. Needs docker, kind, kubectl and helm on PATH (and, for GPUs, the NVIDIA
-# container toolkit configured as k8s/kind-gpu.yaml describes). Not run on rlstack's CI
-# machines: they have no container engine.
+# the chart installed (its model Job provides the model), the trainer Job run to completion,
+# `helm test` (rlstack doctor), a sandbox pod reaching the policy through the proxy, an agent
+# trial, logs collected on failure, the cluster deleted. Needs docker, kind, kubectl and helm on
+# PATH; for GPUs, the host's NVIDIA driver and container toolkit set up as k8s/kind-gpu.yaml
+# describes. DRY_RUN=1 prints every command in order instead of running it (tests check that
+# order); GPUS=<n> overrides the host's GPU count; KEEP=1 keeps the cluster.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 cpu="${CPU:-0}"
 keep="${KEEP:-0}"
+dry="${DRY_RUN:-0}"
 namespace="${NAMESPACE:-rlstack}"
 release="${RELEASE:-rl}"
+full="${release}-rlstack"   # the chart's object prefix for a release name without "rlstack"
 cluster="rlstack"
+models=/tmp/rlstack-models   # mounted at /models in the kind nodes (k8s/kind-*.yaml)
 logs="${repo}/runs/e2e-logs"
+chart="$repo/charts/rlstack"
+
+# run CMD...: run it, or print it under DRY_RUN=1.
+run() {
+  if [[ "$dry" == "1" ]]; then printf '+ %s\n' "$*"; else "$@"; fi
+}
+# capture PLACEHOLDER CMD...: the command's output, or (DRY_RUN=1) print it and answer PLACEHOLDER.
+capture() {
+  local placeholder="$1"
+  shift
+  if [[ "$dry" == "1" ]]; then printf '+ %s\n' "$*" >&2; printf '%s\n' "$placeholder"; else "$@"; fi
+}
+pause() { [[ "$dry" == "1" ]] || sleep "$1"; }
+log() { printf '\n== %s\n' "$*"; }
 
 if [[ "$cpu" == "1" ]]; then
   kind_config="$here/kind-cpu.yaml"
-  values="$repo/charts/rlstack/values-cpu.yaml"
-  vllm_base="${VLLM_CPU_BASE_IMAGE:-public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0}"
-  vllm_tag="rlstack/vllm-cpu:dev"
-  torch_index="https://download.pytorch.org/whl/cpu"
+  values="$chart/values-cpu.yaml"
+  vllm_image="rlstack/vllm-cpu:dev"
 else
   kind_config="$here/kind-gpu.yaml"
-  values="$repo/charts/rlstack/values-kind-gpu.yaml"
-  vllm_base="${VLLM_BASE_IMAGE:-vllm/vllm-openai:v0.32.0}"
-  vllm_tag="rlstack/vllm:dev"
-  torch_index="https://download.pytorch.org/whl/cu128"
+  values="$chart/values-kind-gpu.yaml"
+  vllm_image="rlstack/vllm:dev"
 fi
-
-log() { printf '\n== %s\n' "$*"; }
+install_flags=()
 
 collect_logs() {
   log "collecting logs into $logs"
   mkdir -p "$logs"
-  kubectl -n "$namespace" get pods -o wide >"$logs/pods.txt" 2>&1 || true
+  kubectl -n "$namespace" get pods,jobs -o wide >"$logs/pods.txt" 2>&1 || true
   kubectl -n "$namespace" get events --sort-by=.lastTimestamp >"$logs/events.txt" 2>&1 || true
   local pod
   for pod in $(kubectl -n "$namespace" get pods -o name 2>/dev/null); do
@@ -44,94 +58,121 @@ collect_logs() {
 
 teardown() {
   local code=$?
-  if [[ $code -ne 0 ]]; then collect_logs; fi
-  if [[ "$keep" != "1" ]]; then kind delete cluster --name "$cluster" || true; fi
+  if [[ $code -ne 0 && "$dry" != "1" ]]; then collect_logs; fi
+  if [[ "$keep" != "1" ]]; then run kind delete cluster --name "$cluster" || true; fi
   exit "$code"
 }
 trap teardown EXIT
 
+# GPUs the GPU values request: one per replica plus the trainer's.
+gpus_needed() {
+  local replicas trainer
+  replicas="$(sed -n '/^inference:/,/^[a-z]/s/^  replicas: *\([0-9]*\).*/\1/p' "$values")"
+  trainer="$(sed -n '/^trainer:/,/^[a-z]/s/^  gpus: *\([0-9]*\).*/\1/p' "$values")"
+  echo $(( ${replicas:-1} + ${trainer:-1} ))
+}
+
+# Wait until the GPU nodes advertise at least $1 GPUs in total (any count per node).
+wait_for_gpus() {
+  local want="$1" have counts n _
+  for _ in $(seq 1 60); do
+    counts="$(capture "$want" kubectl get nodes -l nvidia.com/gpu.present=true \
+      -o 'jsonpath={range .items[*]}{.status.allocatable.nvidia\.com/gpu}{" "}{end}')"
+    have=0
+    for n in $counts; do have=$(( have + n )); done
+    echo "allocatable GPUs: $have (need $want)"
+    (( have >= want )) && return 0
+    pause 10
+  done
+  return 1
+}
+
+log "the demo model on the host (kind mounts $models at /models)"
+run mkdir -p "$models"
+if [[ "$cpu" == "1" ]]; then
+  run "$repo/.venv/bin/rlstack" make-demo-model --out "$models/demo"
+fi
+
 log "cluster ($kind_config)"
-mkdir -p /tmp/rlstack-models
-kind create cluster --config "$kind_config" --wait 120s
+run kind create cluster --config "$kind_config" --wait 120s
 
 if [[ "$cpu" != "1" ]]; then
-  log "GPU operator (driver and toolkit come from the host)"
-  helm repo add nvidia https://helm.ngc.nvidia.com/nvidia --force-update
-  helm upgrade --install gpu-operator nvidia/gpu-operator -n gpu-operator --create-namespace \
-    --set driver.enabled=false --set toolkit.enabled=false --wait --timeout 15m
-  kubectl wait node -l nvidia.com/gpu.present=true --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=1 --timeout=10m
+  need="$(gpus_needed)"
+  host_gpus="${GPUS:-$(capture 1 sh -c 'nvidia-smi -L | wc -l')}"
+  log "GPU operator: $host_gpus GPU(s) on the host, $need requested"
+  # kind's node image lacks the ldconfig.real the NVIDIA toolkit calls (NVIDIA's kind notes).
+  for node in $(capture "$cluster-worker" kind get nodes --name "$cluster"); do
+    run docker exec "$node" ln -sf /sbin/ldconfig /sbin/ldconfig.real
+  done
+  operator_flags=(--set driver.enabled=false)   # the host's driver; the operator's toolkit configures the node's containerd
+  if (( host_gpus < need )); then
+    # One GPU for the replica and the trainer: time-slice it, and leave the trainer room in memory.
+    run kubectl create namespace gpu-operator
+    run kubectl apply -f "$here/gpu-time-slicing.yaml"
+    operator_flags+=(--set devicePlugin.config.name=time-slicing --set devicePlugin.config.default=any)
+    install_flags+=(--set-string inference.env.RLSTACK_INFERENCE_GPU_MEMORY_UTILIZATION=0.35)
+    need=$(( host_gpus * 2 ))
+  fi
+  run helm repo add nvidia https://helm.ngc.nvidia.com/nvidia --force-update
+  run helm upgrade --install gpu-operator nvidia/gpu-operator -n gpu-operator --create-namespace \
+    "${operator_flags[@]}" --wait --timeout 15m
+  wait_for_gpus "$need"
 fi
 
 log "images"
-docker build -f "$repo/Dockerfile.trainer" --build-arg TORCH_INDEX_URL="$torch_index" -t rlstack/trainer:dev "$repo"
-docker build -f "$repo/Dockerfile.proxy" -t rlstack/proxy:dev "$repo"
-docker build -f "$repo/Dockerfile.vllm" --build-arg BASE_IMAGE="$vllm_base" -t "$vllm_tag" "$repo"
-for image in rlstack/trainer:dev rlstack/proxy:dev "$vllm_tag"; do
-  kind load docker-image "$image" --name "$cluster"
+CPU="$cpu" TAG=dev DRY_RUN="$dry" bash "$here/images.sh"
+for image in rlstack/trainer:dev rlstack/proxy:dev "$vllm_image"; do
+  run kind load docker-image "$image" --name "$cluster"
 done
 
-log "model onto the shared volume"
-if [[ "$cpu" == "1" ]]; then
-  "$repo/.venv/bin/rlstack" make-demo-model --out /tmp/rlstack-models/demo
-fi
+log "install (the model Job puts the model on the volume; replicas and trainer wait for it)"
+run helm upgrade --install "$release" "$chart" -n "$namespace" --create-namespace -f "$values" "${install_flags[@]}" \
+  --wait --timeout 30m
 
-log "install"
-kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n "$namespace" create secret generic rlstack-auth \
-  --from-literal=service-token="$(openssl rand -hex 16)" \
-  --from-literal=trial-key-secret="$(openssl rand -hex 32)" --dry-run=client -o yaml | kubectl apply -f -
-helm upgrade --install "$release" "$repo/charts/rlstack" -n "$namespace" -f "$values" --wait --timeout 30m
-
-log "copy the model into the shared volume"
-trainer_pod="$(kubectl -n "$namespace" get pod -l app.kubernetes.io/component=trainer -o jsonpath='{.items[0].metadata.name}')"
-model_dir="$(helm get values "$release" -n "$namespace" --all -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["path"])')"
-if [[ -d /tmp/rlstack-models/demo ]]; then
-  kubectl -n "$namespace" cp /tmp/rlstack-models/demo "$trainer_pod:$model_dir"
-fi
-
-log "training run"
-kubectl -n "$namespace" wait --for=condition=available deployment --all --timeout=30m
-for _ in $(seq 1 180); do
-  phase="$(kubectl -n "$namespace" exec "$trainer_pod" -- python -c \
-    'import httpx; print(httpx.get("http://127.0.0.1:8400/status").json()["phase"])')"
-  echo "trainer: $phase"
-  [[ "$phase" == "done" ]] && break
-  [[ "$phase" == "failed" ]] && exit 1
-  sleep 10
+log "training run: the trainer Job to completion"
+state=""
+for _ in $(seq 1 360); do
+  state="$(capture Complete kubectl -n "$namespace" get job -l app.kubernetes.io/component=trainer \
+    -o 'jsonpath={.items[0].status.conditions[?(@.status=="True")].type}')"
+  echo "trainer job: ${state:-running}"
+  [[ "$state" == *Complete* || "$state" == *Failed* ]] && break
+  pause 10
 done
-[[ "$phase" == "done" ]]
+[[ "$state" == *Complete* ]]
 
-log "health chain"
-kubectl -n "$namespace" exec "$trainer_pod" -- python -m rlstack.cli doctor \
-  --registry-url "http://${release}-rlstack-registry:8100" --batcher-url "http://${release}-rlstack-batcher:8000" \
-  --proxy-url "http://${release}-rlstack-proxy:4000"
-kubectl -n "$namespace" exec "$trainer_pod" -- cat "/data/runs/${release}/summary.json"
+log "health chain: helm test runs rlstack doctor with a minted trial key"
+run helm test "$release" -n "$namespace" --logs --timeout 10m
+# The batcher pod runs the trainer image and mounts the shared volume: a shell for the checks below.
+tools_pod="$(capture "$full-batcher-0" kubectl -n "$namespace" get pod -l app.kubernetes.io/component=batcher \
+  -o 'jsonpath={.items[0].metadata.name}')"
+run kubectl -n "$namespace" exec "$tools_pod" -- cat "/data/runs/${release}/summary.json"
 
 log "an agent sandbox reaches the policy through the proxy (its NetworkPolicy allows nothing else)"
-served="$(helm get values "$release" -n "$namespace" --all -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["model"]["servedName"])')"
-trial_secret="$(kubectl -n "$namespace" get secret rlstack-auth -o jsonpath='{.data.trial-key-secret}' | base64 -d)"
+served="$(capture policy sh -c "helm get values '$release' -n '$namespace' --all -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)[\"model\"][\"servedName\"])'")"
+secret_b64="$(capture c2VjcmV0 kubectl -n "$namespace" get secret rlstack-auth -o 'jsonpath={.data.trial-key-secret}')"
+trial_secret="$(printf '%s' "$secret_b64" | base64 -d)"
 ping_agent='import os, httpx
 r = httpx.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", timeout=300,
                headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
                json={"model": os.environ["SERVED"], "messages": [{"role": "user", "content": "1+1="}], "max_tokens": 4})
 r.raise_for_status()
 print("sandbox got:", r.json()["choices"][0]["message"]["content"])'
-"$repo/.venv/bin/rlstack" sandbox e2e ping --namespace "$namespace" --image rlstack/trainer:dev \
-  --proxy-url "http://${release}-rlstack-proxy:4000" --secret "$trial_secret" --timeout 600 -- \
-  env "SERVED=$served" python -c "$ping_agent"
+run "$repo/.venv/bin/rlstack" sandbox e2e ping --namespace "$namespace" --image rlstack/trainer:dev \
+  --proxy-url "http://${full}-proxy:4000" --secret "$trial_secret" --timeout 600 -- \
+  env "SERVED=$served" python3 -c "$ping_agent"
+
 log "an agent trial: the built-in agent in its own sandbox pod, through the proxy, then the verifier"
-helm upgrade "$release" "$repo/charts/rlstack" -n "$namespace" --reuse-values -f "$repo/charts/rlstack/values-agent.yaml" \
-  --wait --timeout 15m
+run helm upgrade "$release" "$chart" -n "$namespace" --reuse-values -f "$chart/values-agent.yaml" --wait --timeout 15m
 result=""
 for _ in $(seq 1 90); do
-  kubectl -n "$namespace" get pods -l "harbor-run=${release}" -L harbor-trial --no-headers || true
-  result="$(kubectl -n "$namespace" exec "$trainer_pod" -- sh -c \
+  run kubectl -n "$namespace" get pods -l "harbor-run=${release}" -L harbor-trial --no-headers || true
+  result="$(capture "/data/trials/${release}/t0/result.json" kubectl -n "$namespace" exec "$tools_pod" -- sh -c \
     "ls /data/trials/${release}/*/result.json 2>/dev/null | head -1")"
   [[ -n "$result" ]] && break
-  sleep 10
+  pause 10
 done
 [[ -n "$result" ]]
-kubectl -n "$namespace" exec "$trainer_pod" -- python -c "import json, sys
+run kubectl -n "$namespace" exec "$tools_pod" -- python3 -c "import json, sys
 r = json.load(open(sys.argv[1]))
 print(r['trial'], r['status'], r['reward'], r.get('trajectory'))
 assert r['status'] in ('ok', 'agent_error', 'agent_timeout'), r" "$result"

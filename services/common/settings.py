@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("rlstack_config_file", default=None)

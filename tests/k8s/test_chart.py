@@ -18,6 +18,16 @@ def selects(selector: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def workloads(objects: list[dict]) -> dict[str, dict]:
+    """Pod templates of the services (Deployments, and the trainer when it is a Job), by component."""
+    out = {}
+    for o in by_kind(objects, "Deployment") + by_kind(objects, "Job"):
+        template = o["spec"]["template"]
+        if template["spec"]["containers"][0]["command"][:2] == ["python3", "-m"]:
+            out[template["metadata"]["labels"]["app.kubernetes.io/component"]] = template
+    return out
+
+
 def test_helm_lint_strict_passes_for_every_values_file():
     for values in VALUES:
         done = helm("lint", "--strict", str(CHART), "-f", str(CHART / values))
@@ -35,14 +45,13 @@ def test_rendered_objects_validate_strictly(values, version, tmp_manifest):
 
 def test_every_service_selects_a_deployment_and_its_ports_exist(rendered):
     _, objects = rendered
-    deployments = by_kind(objects, "Deployment")
-    names = {d["metadata"]["name"].removeprefix("rl-rlstack-") for d in deployments}
-    assert names >= {"registry", "batcher", "proxy", "inference", "trainer"}
-    assert any(n.startswith("env-") for n in names)
+    pods = workloads(objects)
+    assert set(pods) >= {"registry", "batcher", "proxy", "inference", "trainer"}
+    assert any(n.startswith("env-") for n in pods)
     for svc in by_kind(objects, "Service"):
-        targets = [d for d in deployments if selects(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        targets = [p for p in pods.values() if selects(svc["spec"]["selector"], p["metadata"]["labels"])]
         assert len(targets) == 1, svc["metadata"]["name"]
-        ports = {p["name"]: p["containerPort"] for p in targets[0]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        ports = {p["name"]: p["containerPort"] for p in targets[0]["spec"]["containers"][0]["ports"]}
         for port in svc["spec"]["ports"]:
             assert ports[port["targetPort"]] == port["port"]
 
@@ -58,16 +67,18 @@ def test_deployments_select_their_own_pods_and_probe_real_ports(rendered):
                 if probe in c:
                     assert c[probe]["httpGet"]["port"] in names
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-            assert c["command"][:2] == ["python", "-m"] and c["command"][2].startswith("rlstack.")
+            # python3: the vLLM image has no `python` (and the others have both).
+            assert c["command"][:2] == ["python3", "-m"] and c["command"][2].startswith("rlstack.")
 
 
 def test_every_container_is_locked_down_and_sized(rendered):
     _, objects = rendered
-    for d in by_kind(objects, "Deployment"):
-        spec = d["spec"]["template"]["spec"]
+    pods = [(o, o["spec"]["template"]["spec"]) for o in by_kind(objects, "Deployment") + by_kind(objects, "Job")]
+    pods += [(o, o["spec"]) for o in by_kind(objects, "Pod")]  # the helm test
+    for d, spec in pods:
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-        for c in spec["containers"]:
+        for c in spec["containers"] + spec.get("initContainers", []):
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
             assert c["resources"]["requests"] and c["resources"]["limits"]
@@ -87,9 +98,10 @@ def test_gpu_values_request_gpus_and_inference_waits_for_the_model(rendered):
 
 
 def test_secrets_are_referenced_never_inlined(rendered):
-    _, objects = rendered
-    assert not by_kind(objects, "Secret")
-    for d in by_kind(objects, "Deployment"):
+    values, objects = rendered
+    # Only the auth Secret, and only where the values ask the chart to create it (the kind values).
+    assert [s["metadata"]["name"] for s in by_kind(objects, "Secret")] == (["rlstack-auth"] if "kind" in values or "cpu" in values else [])
+    for d in by_kind(objects, "Deployment") + by_kind(objects, "Job"):
         for e in d["spec"]["template"]["spec"]["containers"][0]["env"]:
             if e["name"].endswith(("_TOKEN", "_SECRET")):  # not MAX_TOKENS
                 assert "secretKeyRef" in e["valueFrom"], e["name"]
@@ -101,17 +113,19 @@ def test_rbac_is_namespaced_and_bound_only_to_the_sandbox_manager_and_registry(r
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
     assert {r["metadata"]["name"] for r in by_kind(objects, "Role")} == {"rl-rlstack-sandbox-manager", "rl-rlstack-registry"}
     assert all(rule["apiGroups"] == [""] for r in by_kind(objects, "Role") for rule in r["rules"])
-    deployments = {d["metadata"]["name"].removeprefix("rl-rlstack-"): d["spec"]["template"]["spec"] for d in by_kind(objects, "Deployment")}
+    deployments = {name: pod["spec"] for name, pod in workloads(objects).items()}
     envs = [name for name in deployments if name.startswith("env-")]
     assert envs and all(deployments[e]["serviceAccountName"] == "rl-rlstack-sandbox-manager" for e in envs)
     assert deployments["registry"]["serviceAccountName"] == "rl-rlstack-registry"
     assert all(spec.get("automountServiceAccountToken") is False for name, spec in deployments.items()
                if name not in (*envs, "registry"))
+    others = [o["spec"]["template"]["spec"] for o in by_kind(objects, "Job")] + [o["spec"] for o in by_kind(objects, "Pod")]
+    assert others and all(spec["automountServiceAccountToken"] is False for spec in others)  # model Job, trainer Job, helm test
 
 
 def test_network_policies_select_what_they_claim(rendered):
     _, objects = rendered
-    pods = {d["metadata"]["name"].removeprefix("rl-rlstack-"): d["spec"]["template"]["metadata"]["labels"] for d in by_kind(objects, "Deployment")}
+    pods = {name: pod["metadata"]["labels"] for name, pod in workloads(objects).items()}
     policies = {p["metadata"]["name"].removeprefix("rl-rlstack-"): p["spec"] for p in by_kind(objects, "NetworkPolicy")}
 
     sandbox = policies["sandboxes"]
@@ -127,9 +141,22 @@ def test_network_policies_select_what_they_claim(rendered):
 
     inference = policies["inference"]
     assert [n for n, labels in pods.items() if selects(inference["podSelector"]["matchLabels"], labels)] == ["inference"]
-    vllm_rule = next(r for r in inference["ingress"] if r["ports"][0]["port"] == 8001)
-    allowed = {n for n, labels in pods.items() for peer in vllm_rule["from"] if selects(peer["podSelector"]["matchLabels"], labels)}
-    assert allowed == {"proxy", "trainer", "registry"}
+
+    def allowed(rule: dict) -> set[str]:
+        return {n for n, labels in pods.items() for peer in rule["from"] if "podSelector" in peer and "namespaceSelector" not in peer
+                and selects(peer["podSelector"]["matchLabels"], labels)}
+
+    # vLLM's port (completions and the unauthenticated dev routes): the pods that call it, no others.
+    vllm_rules = [r for r in inference["ingress"] if any(p["port"] == 8001 for p in r.get("ports", []))]
+    assert set().union(*map(allowed, vllm_rules)) == {"proxy", "registry"}
+    # Every port: the trainer (weight sync: NCCL/gloo pick their own ports) and the other replicas (one NCCL group).
+    any_port = [r for r in inference["ingress"] if "ports" not in r]
+    assert len(any_port) == 1 and allowed(any_port[0]) == {"trainer", "inference"}
+    # Everyone else in the release (env servers, batcher) reaches only the sidecar's port (health, metrics).
+    release_wide = [r for r in inference["ingress"]
+                    if any(peer.get("podSelector", {}).get("matchLabels", {}).keys() == {"app.kubernetes.io/instance", "app.kubernetes.io/name"}
+                           for peer in r["from"])]
+    assert [[p["port"] for p in r["ports"]] for r in release_wide] == [[8200]]
 
 
 def test_dashboards_ship_in_a_sidecar_configmap(rendered):
@@ -152,8 +179,9 @@ def test_every_setting_the_chart_passes_is_one_the_service_reads(rendered, monke
 
     settings_class = {"registry": "RegistrySettings", "batcher": "BatcherSettings", "envs": "EnvSettings",
                       "inference": "InferenceSettings", "proxy": "ProxySettings", "trainer": "TrainerSettings"}
-    for d in by_kind(rendered[1], "Deployment"):
-        container = d["spec"]["template"]["spec"]["containers"][0]
+    for name, pod in workloads(rendered[1]).items():
+        d = {"metadata": {"name": name}}
+        container = pod["spec"]["containers"][0]
         service = container["command"][-1].removeprefix("rlstack.")
         cls = getattr(importlib.import_module(f"rlstack.{service}.config"), settings_class[service])
         prefix = cls.model_config["env_prefix"]
@@ -170,8 +198,8 @@ def test_every_setting_the_chart_passes_is_one_the_service_reads(rendered, monke
 
 def test_wandb_key_comes_from_a_secret_and_the_chart_refuses_a_project_without_one():
     text = render("values.yaml", "--set", "trainer.wandb.project=rl-runs", "--set", "trainer.wandb.apiKeySecret=wandb")
-    trainer = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-trainer"))
-    env = {e["name"]: e for e in trainer["spec"]["template"]["spec"]["containers"][0]["env"]}
+    trainer = workloads([d for d in yaml.safe_load_all(text) if d])["trainer"]
+    env = {e["name"]: e for e in trainer["spec"]["containers"][0]["env"]}
     assert env["RLSTACK_TRAINER_WANDB_PROJECT"]["value"] == "rl-runs"
     assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "wandb", "key": "api-key"}
     refused = helm("template", "rl", str(CHART), "--set", "trainer.wandb.project=rl-runs")

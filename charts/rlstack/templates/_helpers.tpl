@@ -1,4 +1,4 @@
-{{/* Names, labels and the one Deployment + Service shape every rlstack service shares. */}}
+{{/* Names, labels, images, addresses and the few values every template derives the same way. */}}
 
 {{- define "rlstack.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -14,6 +14,7 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Selector labels: immutable once a Deployment exists, so nothing user-supplied goes in. */}}
 {{- define "rlstack.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rlstack.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
@@ -28,9 +29,12 @@ app.kubernetes.io/part-of: rlstack
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
+{{/* <imageRegistry>/<repository>:<tag or appVersion> for a key of .Values.images. */}}
 {{- define "rlstack.image" -}}
 {{- $img := index .root.Values.images .image -}}
-{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- $repo := $img.repository -}}
+{{- with .root.Values.imageRegistry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion $img.tag) -}}
 {{- end -}}
 
 {{- define "rlstack.url" -}}
@@ -41,135 +45,75 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- default (printf "%s-shared" (include "rlstack.fullname" .)) .Values.sharedStorage.existingClaim -}}
 {{- end -}}
 
+{{- define "rlstack.authSecretName" -}}
+{{- if .Values.auth.create -}}
+{{- default (printf "%s-auth" (include "rlstack.fullname" .)) .Values.auth.existingSecret -}}
+{{- else -}}
+{{- required "auth.existingSecret: name the Secret holding the service token and trial-key secret, or set auth.create=true" .Values.auth.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "rlstack.secretEnv" -}}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
-      name: {{ .root.Values.auth.existingSecret }}
+      name: {{ include "rlstack.authSecretName" .root }}
       key: {{ .key }}
 {{- end -}}
 
-{{/*
-A Deployment and its Service. Parameters (a dict):
-  root, component, module (python -m <module>), image (key under .Values.images), spec (the
-  component's values: replicas, port, env, resources, nodeSelector, tolerations, gpus,
-  startupProbe), env (list of extra env entries, rendered YAML), extraPorts (list of
-  {name, port}), serviceAccountName, strategy.
-*/}}
-{{- define "rlstack.service" -}}
-{{- $root := .root -}}
-{{- $spec := .spec -}}
-{{- $ctx := dict "root" $root "component" .component -}}
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ include "rlstack.fullname" $root }}-{{ .component }}
-  labels:
-    {{- include "rlstack.labels" $ctx | nindent 4 }}
-spec:
-  replicas: {{ default 1 $spec.replicas }}
-  {{- with .strategy }}
-  strategy:
-    type: {{ . }}
-  {{- end }}
-  selector:
-    matchLabels:
-      {{- include "rlstack.selectorLabels" $ctx | nindent 6 }}
-  template:
-    metadata:
-      labels:
-        {{- include "rlstack.labels" $ctx | nindent 8 }}
-      annotations:
-        prometheus.io/scrape: "true"
-        prometheus.io/port: {{ $spec.port | quote }}
-    spec:
-      {{- with .serviceAccountName }}
-      serviceAccountName: {{ . }}
-      {{- end }}
-      automountServiceAccountToken: {{ if .serviceAccountName }}true{{ else }}false{{ end }}
-      {{- with $root.Values.imagePullSecrets }}
-      imagePullSecrets:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      securityContext:
-        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
-      terminationGracePeriodSeconds: 60
-      {{- with $spec.nodeSelector }}
-      nodeSelector:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      {{- with $spec.tolerations }}
-      tolerations:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
-      containers:
-        - name: {{ .component }}
-          image: {{ include "rlstack.image" (dict "root" $root "image" .image) }}
-          imagePullPolicy: {{ (index $root.Values.images .image).pullPolicy }}
-          command: ["python", "-m", {{ .module | quote }}]
-          ports:
-            - name: http
-              containerPort: {{ $spec.port }}
-            {{- range .extraPorts }}
-            - name: {{ .name }}
-              containerPort: {{ .port }}
-            {{- end }}
-          env:
-            - name: HOME
-              value: /tmp
-            {{- with .env }}
-            {{- . | nindent 12 }}
-            {{- end }}
-            {{- range $k, $v := $spec.env }}
-            - name: {{ $k }}
-              value: {{ $v | quote }}
-            {{- end }}
-          {{- with $spec.startupProbe }}
-          startupProbe:
-            httpGet: {path: /readyz, port: http}
-            periodSeconds: {{ .periodSeconds }}
-            failureThreshold: {{ .failureThreshold }}
-          {{- end }}
-          livenessProbe:
-            httpGet: {path: /healthz, port: http}
-            periodSeconds: 10
-            failureThreshold: 6
-          readinessProbe:
-            httpGet: {path: /readyz, port: http}
-            periodSeconds: 5
-          resources:
-            {{- $res := deepCopy $spec.resources }}
-            {{- if $spec.gpus }}
-            {{- $_ := set $res "limits" (merge (dict "nvidia.com/gpu" $spec.gpus) (default dict $res.limits)) }}
-            {{- end }}
-            {{- toYaml $res | nindent 12 }}
-          securityContext:
-            {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
-          volumeMounts:
-            - name: shared
-              mountPath: {{ $root.Values.sharedStorage.mountPath }}
-      volumes:
-        - name: shared
-          persistentVolumeClaim:
-            claimName: {{ include "rlstack.claimName" $root }}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: {{ include "rlstack.fullname" $root }}-{{ .component }}
-  labels:
-    {{- include "rlstack.labels" $ctx | nindent 4 }}
-spec:
-  type: ClusterIP
-  selector:
-    {{- include "rlstack.selectorLabels" $ctx | nindent 4 }}
-  ports:
-    - name: http
-      port: {{ $spec.port }}
-      targetPort: http
-    {{- range .extraPorts }}
-    - name: {{ .name }}
-      port: {{ .port }}
-      targetPort: {{ .name }}
-    {{- end }}
+{{/* The label the sandbox manager puts on every trial pod. It is fixed in the code
+     (rlstack.kube.sandboxes.SandboxManager's run_label); the NetworkPolicy and NOTES read it here. */}}
+{{- define "rlstack.sandboxRunLabel" -}}harbor-run{{- end -}}
+
+{{/* The env servers' service account: the chart's own, or an existing one (serviceAccount.create=false). */}}
+{{- define "rlstack.sandboxServiceAccountName" -}}
+{{- $sa := .Values.sandboxes.serviceAccount -}}
+{{- if $sa.create -}}
+{{- default (printf "%s-sandbox-manager" (include "rlstack.fullname" .)) $sa.name -}}
+{{- else -}}
+{{- required "sandboxes.serviceAccount.name: name the existing service account (serviceAccount.create=false)" $sa.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* GPUs one inference pod requests: tensor x pipeline parallel (data parallel is `replicas`). */}}
+{{- define "rlstack.inferenceGpus" -}}
+{{- $v := .Values.inference -}}
+{{- if eq $v.device "cuda" }}{{ mul $v.tensorParallelSize $v.pipelineParallelSize }}{{ else }}0{{ end -}}
+{{- end -}}
+
+{{/* Seconds the startupProbe allows before liveness applies: also the replica's own load timeout. */}}
+{{- define "rlstack.inferenceStartupSeconds" -}}
+{{- mul .Values.inference.startupProbe.periodSeconds .Values.inference.startupProbe.failureThreshold -}}
+{{- end -}}
+
+{{/* The file whose presence says the model is complete on the shared volume (written last by the model Job). */}}
+{{- define "rlstack.modelMarker" -}}
+{{- printf "%s/.rlstack-model.json" (trimSuffix "/" .Values.model.path) -}}
+{{- end -}}
+
+{{/* Impossible combinations, refused with a message (the schema covers types and ranges). */}}
+{{- define "rlstack.validateValues" -}}
+{{- $v := .Values -}}
+{{- if and (eq $v.inference.device "cpu") (gt (int $v.inference.tensorParallelSize) 1) -}}
+{{- fail "inference.tensorParallelSize > 1 needs inference.device=cuda" -}}
+{{- end -}}
+{{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $v.sharedStorage.mountPath)) $v.model.path) -}}
+{{- fail (printf "model.path (%s) must lie under sharedStorage.mountPath (%s): every replica and the trainer read it there" $v.model.path $v.sharedStorage.mountPath) -}}
+{{- end -}}
+{{- if and (eq $v.model.source.type "hub") (not $v.model.source.hub.id) -}}
+{{- fail "model.source.type=hub needs model.source.hub.id (e.g. Qwen/Qwen2.5-0.5B-Instruct)" -}}
+{{- end -}}
+{{- if and (eq $v.model.source.type "hostPath") (not $v.model.source.hostPath) -}}
+{{- fail "model.source.type=hostPath needs model.source.hostPath (a model directory on every node)" -}}
+{{- end -}}
+{{- if and (eq $v.model.source.type "claim") (not $v.model.source.claim.name) -}}
+{{- fail "model.source.type=claim needs model.source.claim.name (an existing PVC holding the model)" -}}
+{{- end -}}
+{{- $sync := get (default dict $v.trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
+{{- if and (eq $sync "ipc") (gt (int $v.inference.replicas) 0) -}}
+{{- fail "RLSTACK_TRAINER_SYNC_MODE=ipc needs the trainer and the replica in one pod (one shared GPU); the chart runs them as separate pods: use filesystem, lora or broadcast" -}}
+{{- end -}}
+{{- if and $v.inference.autoscaling.enabled (lt (int $v.inference.autoscaling.maxReplicas) (int $v.inference.autoscaling.minReplicas)) -}}
+{{- fail "inference.autoscaling.maxReplicas must be >= minReplicas" -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,67 @@
+"""Put the policy model on the shared volume once, for every replica and the trainer to read.
+
+Run by the chart's model Job. Sources: the Hugging Face hub (``hub``: repo id, revision, token
+from $HF_TOKEN) or a mounted directory (``copy``: a node's hostPath or an existing claim). The
+model is written to a sibling ``.partial`` directory and renamed into place; the marker file,
+written last, is what the replicas' and trainer's init containers wait for. A marker naming
+the same source means the model is already there, so re-runs (upgrades) cost nothing.
+Standard library only, plus huggingface_hub (installed with transformers) for the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+MARKER = ".rlstack-model.json"
+
+
+def wanted(env: dict[str, str]) -> dict[str, str]:
+    kind = env["RLSTACK_MODEL_SOURCE"]
+    if kind == "hub":
+        return {"source": "hub", "id": env["RLSTACK_MODEL_HUB_ID"], "revision": env.get("RLSTACK_MODEL_HUB_REVISION") or "main"}
+    if kind == "copy":
+        return {"source": "copy", "from": env["RLSTACK_MODEL_COPY_FROM"]}
+    raise SystemExit(f"unknown RLSTACK_MODEL_SOURCE {kind!r} (hub or copy)")
+
+
+def fetch(want: dict[str, str], into: Path) -> None:
+    if want["source"] == "hub":
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(want["id"], revision=want["revision"], local_dir=into, token=os.environ.get("HF_TOKEN") or None)
+        shutil.rmtree(into / ".cache", ignore_errors=True)  # download bookkeeping, not the model
+    else:
+        source = Path(want["from"])
+        if not source.is_dir():
+            raise SystemExit(f"{source} is not a directory: is the hostPath/claim mounted, and does it hold the model?")
+        shutil.copytree(source, into)
+
+
+def main(env: dict[str, str] | None = None) -> int:
+    env = dict(os.environ if env is None else env)
+    dest = Path(env["RLSTACK_MODEL_DIR"])
+    want = wanted(env)
+    marker = dest / MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == want:
+        print(f"{dest}: already holds {want}")
+        return 0
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    print(f"fetching {want} into {dest}", flush=True)
+    fetch(want, partial)
+    if not (partial / "config.json").is_file():
+        raise SystemExit(f"{want} holds no config.json: not a Hugging Face model directory")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    marker.write_text(json.dumps(want))
+    print(f"{dest}: ready", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

