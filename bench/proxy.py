@@ -1,10 +1,14 @@
-"""Direct vLLM vs the same replica through the proxy (LiteLLM + trajectory logger), one run.
+"""What the proxy costs and how it scales, against direct vLLM and LiteLLM's own bare proxy, one run.
 
-The same bounded load goes to both (and, for streaming cells, to a second proxy using
-LiteLLM's own streaming instead of our shim): chat requests with short (8-token) and 200-token answers
-(``ignore_eos`` so lengths are exact), streaming and not, at concurrency 16 and 32, from the
-same lean keep-alive client. Prints req/s, p50/p99 latency and generated tokens/s for each
-side and the ratios (proxy / direct). Loopback only; starts and stops its own services.
+One replica (tiny model on CPU) serves every side, with logprobs and token ids asked for
+everywhere so each ratio measures the hop, not vLLM's extra work. Cells:
+
+* added latency per call at concurrency 1 (p50, p99): proxy minus direct;
+* calls/s of one proxy process against LiteLLM's bare proxy (same LiteLLM, no rlstack layers):
+  the cost of our auth, hooks, front layer and trajectory logger;
+* calls/s of ``--workers 2`` against one worker (LiteLLM's per-call CPU work is the limit);
+* the load matrix (8- and 200-token answers, plain and streamed) against direct vLLM, and our
+  streaming shim against LiteLLM's own streaming.
 
     python bench/proxy.py [--requests 200] [--model models/tiny]
 
@@ -32,10 +36,26 @@ from _harness import REPO, free_port, server  # noqa: E402
 from _http import RawHttpClient  # noqa: E402
 
 from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
+from rlstack.proxy.__main__ import OFFLINE_ENV  # noqa: E402
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
 PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
+
+
+def litellm_config(path: Path, vllm_port: int) -> Path:
+    """LiteLLM's own proxy, routed to the same replica: the baseline our layers are measured against."""
+    path.write_text(
+        "model_list:\n"
+        "  - model_name: policy\n"
+        "    litellm_params:\n"
+        "      model: hosted_vllm/policy\n"
+        f"      api_base: http://127.0.0.1:{vllm_port}/v1\n"
+        "      api_key: none\n"
+        "litellm_settings:\n"
+        "  drop_params: false\n"
+    )
+    return path
 
 
 def body(i: int, tokens: int, stream: bool) -> bytes:
@@ -72,7 +92,7 @@ async def run_cell(port: int, path_prefix: str, n: int, concurrency: int, tokens
                 i = queue.pop()
                 start = time.perf_counter()
                 status, payload = await client.request("POST", f"{path_prefix}/v1/chat/completions", body(i, tokens, stream),
-                                                       {"content-type": "application/json", "authorization": "Bearer bench"})
+                                                       {"content-type": "application/json", "authorization": "Bearer sk-bench"})
                 if status != 200:
                     raise RuntimeError(f"HTTP {status}: {payload[:300]!r}")
                 latencies.append(time.perf_counter() - start)
@@ -83,15 +103,19 @@ async def run_cell(port: int, path_prefix: str, n: int, concurrency: int, tokens
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - start
     latencies.sort()
-    return {"req_per_s": n / wall, "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], "gen_tokens_per_s": generated / wall}
+    return {"req_per_s": n / wall, "p50_ms": 1000 * statistics.median(latencies), "p99_ms": percentile_ms(latencies, 0.99),
+            "gen_tokens_per_s": generated / wall}
+
+
+def percentile_ms(latencies: list[float], q: float) -> float:
+    return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200, help="requests per cell")
     parser.add_argument("--model", default=str(REPO / "models" / "tiny"))
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16], help="concurrency of the load matrix")
     args = parser.parse_args()
     for py in (VLLM_PY, PROXY_PY):
         if not py.exists():
@@ -99,41 +123,80 @@ def main() -> None:
     if not (Path(args.model) / "config.json").exists():
         sys.exit(f"no model at {args.model}: run `rlstack make-tiny-model` first")
 
-    cells = [(c, t, s) for c in args.concurrency for t in (8, 200) for s in (False, True)]
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        reg_port, side_port, vllm_port, proxy_port, native_port = (free_port() for _ in range(5))
+        reg_port, side_port, vllm_port, proxy_port, native_port, bare_port, two_port = (free_port() for _ in range(7))
+        registry_url = f"http://127.0.0.1:{reg_port}"
         registry_cmd = [sys.executable, "-m", "rlstack.registry", "--port", str(reg_port), "--log-level", "warning"]
         replica_cmd = [str(VLLM_PY), "-m", "rlstack.inference", "--port", str(side_port), "--vllm-port", str(vllm_port),
-                       "--model", args.model, "--registry-url", f"http://127.0.0.1:{reg_port}", "--replica-id", "bench-0",
-                       "--log-level", "warning"]
-        proxy_cmd = [str(PROXY_PY), "-m", "rlstack.proxy", "--port", str(proxy_port), "--registry-url", f"http://127.0.0.1:{reg_port}",
-                     "--trials-dir", str(tmp_path / "trials"), "--log-level", "warning"]
-        native_cmd = [str(PROXY_PY), "-m", "rlstack.proxy", "--port", str(native_port), "--registry-url", f"http://127.0.0.1:{reg_port}",
-                      "--trials-dir", str(tmp_path / "trials-native"), "--log-level", "warning", "--stream-mode", "litellm"]
-        console.print("starting registry, vLLM replica (~1 min) and two proxies ...")
+                       "--model", args.model, "--registry-url", registry_url, "--replica-id", "bench-0", "--log-level", "warning"]
+
+        def proxy_cmd(port: int, trials: str, *extra: str) -> list[str]:
+            return [str(PROXY_PY), "-m", "rlstack.proxy", "--port", str(port), "--registry-url", registry_url,
+                    "--trials-dir", str(tmp_path / trials), "--log-level", "warning", *extra]
+
+        bare_cmd = [str(PROXY_PY.parent / "litellm"), "--config", str(litellm_config(tmp_path / "litellm.yaml", vllm_port)),
+                    "--port", str(bare_port), "--num_workers", "1"]
+        offline = {**OFFLINE_ENV, "LITELLM_MASTER_KEY": "sk-bench"}
+        console.print("starting registry, vLLM replica (~1 min), three rlstack proxies and LiteLLM's bare proxy ...")
         with server(registry_cmd, reg_port, "/readyz", tmp_path / "registry.log"), \
-             server(replica_cmd, side_port, "/readyz", tmp_path / "replica.log"), \
-             server(proxy_cmd, proxy_port, "/readyz", tmp_path / "proxy.log"), \
-             server(native_cmd, native_port, "/readyz", tmp_path / "proxy-native.log"), \
+             server(replica_cmd, side_port, "/readyz", tmp_path / "replica.log", timeout=600), \
+             server(proxy_cmd(proxy_port, "trials"), proxy_port, "/readyz", tmp_path / "proxy.log", timeout=180), \
+             server(proxy_cmd(native_port, "trials-native", "--stream-mode", "litellm"), native_port, "/readyz",
+                    tmp_path / "proxy-native.log", timeout=180), \
+             server(proxy_cmd(two_port, "trials-two", "--workers", "2"), two_port, "/readyz", tmp_path / "proxy-two.log", timeout=180), \
+             server(bare_cmd, bare_port, "/health/readiness", tmp_path / "litellm-bare.log", env=offline, timeout=180), \
              Progress(console=console, transient=True) as progress:
-            for concurrency, tokens, stream in cells:
-                name = f"c{concurrency}_{tokens}tok_{'stream' if stream else 'plain'}"
-                sides = [("direct", vllm_port, ""), ("proxy", proxy_port, "/trials/bench/t")]
-                if stream:
-                    sides.append(("litellm_stream", native_port, "/trials/bench/native"))
+
+            def cell(name: str, sides: list[tuple[str, int, str]], concurrency: int, tokens: int, stream: bool, n: int) -> None:
                 for side, port, prefix in sides:
-                    task = progress.add_task(f"{side} {name}", total=args.requests)
-                    results.setdefault(name, {})[side] = asyncio.run(
-                        run_cell(port, prefix, args.requests, concurrency, tokens, stream, progress, task))
+                    task = progress.add_task(f"{side} {name}", total=n)
+                    results.setdefault(name, {})[side] = asyncio.run(run_cell(port, prefix, n, concurrency, tokens, stream, progress, task))
+
+            direct, ours = ("direct", vllm_port, ""), ("proxy", proxy_port, "/trials/bench/t")
+            bare, two = ("litellm_bare", bare_port, ""), ("proxy_2_workers", two_port, "/trials/bench/two")
+            # Warm every side (first calls pay lazy imports), then measure.
+            cell("warm-up", [direct, ours, bare, two], 4, 8, False, 16)
+            results.pop("warm-up")
+            cell("c1_8tok_plain", [direct, ours], 1, 8, False, max(20, args.requests // 2))
+            cell("overhead_c16_8tok_plain", [direct, bare, ours, two], 16, 8, False, args.requests)
+            for concurrency in args.concurrency:
+                for tokens in (8, 200):
+                    for stream in (False, True):
+                        sides = [direct, ours] + ([("litellm_stream", native_port, "/trials/bench/native")] if stream else [])
+                        cell(f"c{concurrency}_{tokens}tok_{'stream' if stream else 'plain'}", sides, concurrency, tokens, stream, args.requests)
             trajectory_lines = len(read_trajectory(tmp_path / "trials" / "bench" / "t"))
+
+    flat: dict[str, float] = {}
+    for name, sides in results.items():
+        for side, figures in sides.items():
+            flat.update({f"{name}_{side}_{k}": round(v, 2) for k, v in figures.items()})
+    c1, over = results["c1_8tok_plain"], results["overhead_c16_8tok_plain"]
+    headline = {
+        "added_latency_c1_p50_ms": round(c1["proxy"]["p50_ms"] - c1["direct"]["p50_ms"], 1),
+        "added_latency_c1_p99_ms": round(c1["proxy"]["p99_ms"] - c1["direct"]["p99_ms"], 1),
+        "proxy_vs_litellm_bare_req_per_s": round(over["proxy"]["req_per_s"] / over["litellm_bare"]["req_per_s"], 3),
+        "two_workers_vs_one_req_per_s": round(over["proxy_2_workers"]["req_per_s"] / over["proxy"]["req_per_s"], 3),
+        "proxy_vs_direct_req_per_s": round(over["proxy"]["req_per_s"] / over["direct"]["req_per_s"], 3),
+    }
+    summary = Table(title="proxy cost and scale-out (8-token answers)")
+    summary.add_column("figure")
+    summary.add_column("value", justify="right")
+    summary.add_row("added latency per call, concurrency 1, p50 / p99",
+                    f"{headline['added_latency_c1_p50_ms']:.1f} / {headline['added_latency_c1_p99_ms']:.1f} ms")
+    for side in ("direct", "litellm_bare", "proxy", "proxy_2_workers"):
+        summary.add_row(f"calls/s at concurrency 16: {side}", f"{over[side]['req_per_s']:.1f}")
+    summary.add_row("rlstack proxy / LiteLLM bare proxy", f"{headline['proxy_vs_litellm_bare_req_per_s']:.2f}")
+    summary.add_row("2 workers / 1 worker", f"{headline['two_workers_vs_one_req_per_s']:.2f}")
+    Console().print(summary)
 
     table = Table(title=f"proxy vs direct vLLM ({args.requests} requests per cell, tiny model on CPU)")
     for col in ("cell", "direct req/s", "proxy req/s", "direct p50/p99 ms", "proxy p50/p99 ms", "direct tok/s", "proxy tok/s", "tok/s ratio"):
         table.add_column(col, justify="right")
-    flat: dict[str, float] = {}
     for name, sides in results.items():
+        if name.startswith(("c1_", "overhead_")):
+            continue
         d, p = sides["direct"], sides["proxy"]
         ratio = p["gen_tokens_per_s"] / d["gen_tokens_per_s"]
         if "litellm_stream" in sides:
@@ -143,14 +206,10 @@ def main() -> None:
                           f"{n['gen_tokens_per_s']:.0f}", f"{n['gen_tokens_per_s'] / d['gen_tokens_per_s']:.2f}")
         table.add_row(name, f"{d['req_per_s']:.1f}", f"{p['req_per_s']:.1f}", f"{d['p50_ms']:.0f}/{d['p99_ms']:.0f}",
                       f"{p['p50_ms']:.0f}/{p['p99_ms']:.0f}", f"{d['gen_tokens_per_s']:.0f}", f"{p['gen_tokens_per_s']:.0f}", f"{ratio:.2f}")
-        for side, figures in sides.items():
-            flat.update({f"{name}_{side}_{k}": round(v, 2) for k, v in figures.items()})
         flat[f"{name}_ratio_gen_tokens_per_s"] = round(ratio, 3)
         flat[f"{name}_ratio_req_per_s"] = round(p["req_per_s"] / d["req_per_s"], 3)
     Console().print(table)
-    ratios = [v for k, v in flat.items() if k.endswith("ratio_gen_tokens_per_s")]
-    print(json.dumps({"bench": "proxy", "requests_per_cell": args.requests, "trajectory_lines": trajectory_lines,
-                      "min_ratio_gen_tokens_per_s": min(ratios), **flat}))
+    print(json.dumps({"bench": "proxy", "requests_per_cell": args.requests, "trajectory_lines": trajectory_lines, **headline, **flat}))
 
 
 if __name__ == "__main__":
