@@ -20,6 +20,21 @@ GIB = 1024**3
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
+class TrainerShape(BaseModel):
+    """What decides the trainer's memory besides the model (the trainer's own settings)."""
+
+    gpus: int = Field(default=1, ge=1)
+    """Ranks FSDP2 shards the weights, gradients and optimiser state over (torchrun processes in all)."""
+    tokens_per_micro_batch: int = Field(default=65536, ge=1)
+    """pack_tokens, or micro_batch_size x max_token_len for padded rows."""
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False
+    logprob_chunk: int = Field(default=4096, ge=1)
+    lora_rank: int | None = None
+    lora_base_bytes: int = 2
+    """Bytes per frozen base weight under LoRA (bf16 on GPUs)."""
+
+
 class Plan(BaseModel):
     """What a run will do, resolved from either config shape."""
 
@@ -33,6 +48,7 @@ class Plan(BaseModel):
     gpu_memory_gib: float = 80.0
     shared_gpu: bool = False
     """Trainer and replica on one GPU (what ipc needs)."""
+    trainer: TrainerShape = Field(default_factory=lambda: TrainerShape())
     ports: dict[str, int] = Field(default_factory=dict)
 
 
@@ -52,6 +68,18 @@ def _flags(args: list[str]) -> dict[str, str]:
         else:
             i += 1
     return out
+
+
+def trainer_shape(setting: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401 - setting: name -> str | None
+    """The trainer's memory-relevant settings; ``setting`` looks one up by its flag name (with dashes)."""
+    def flag(name: str) -> bool:
+        return str(setting(name) or "false").lower() in ("1", "true", "yes")
+
+    pack = setting("pack-tokens")
+    tokens = int(pack) if pack else int(setting("micro-batch-size") or 32) * int(setting("max-token-len") or 2048)
+    return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=flag("activation-checkpointing"),
+                        cpu_offload=flag("cpu-offload"), logprob_chunk=int(setting("logprob-chunk") or 4096),
+                        lora_base_bytes=4 if setting("lora-base-dtype") == "float32" else 2)
 
 
 def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
@@ -79,7 +107,7 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
                 sync_mode=trainer.get("sync-mode", "filesystem"),
                 lora_rank=int(trainer["lora-rank"]) if "lora-rank" in trainer else None,
                 max_lora_rank=int(inference.get("max-lora-rank", 16)), shared_gpu=True,
-                ports={s.name: s.port for s in config.services if s.port})
+                ports={s.name: s.port for s in config.services if s.port}, trainer=trainer_shape(trainer.get))
     if inference.get("model") and trainer.get("model") and inference["model"] != trainer["model"]:
         findings.append(Finding(check="model", ok=False,
                                 detail=f"replica serves {inference['model']} but the trainer trains {trainer['model']}"))
@@ -100,7 +128,9 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
                 sync_mode=env.get("RLSTACK_TRAINER_SYNC_MODE", "filesystem"),
                 lora_rank=int(env["RLSTACK_TRAINER_LORA_RANK"]) if "RLSTACK_TRAINER_LORA_RANK" in env else None,
                 max_lora_rank=int(inference.get("env", {}).get("RLSTACK_INFERENCE_MAX_LORA_RANK", 16)),
-                gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports)
+                gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports,
+                trainer=trainer_shape(lambda name: env.get("RLSTACK_TRAINER_" + name.upper().replace("-", "_")),
+                                      gpus=int(trainer.get("gpus", 1) or 1) * int(trainer.get("nodes", 1) or 1)))
     findings = []
     # Services each have their own pod IP, but the replica's two ports share one pod.
     if ports.get("inference") is not None and ports.get("inference") == ports.get("vllm"):
@@ -131,6 +161,50 @@ def estimate_params(cfg: Any) -> int:
     return layers * (attention + mlp) + embeddings
 
 
+def lora_params(cfg: Any, rank: int) -> int:
+    """Adapter parameters on every attention and MLP projection of every layer."""
+    h, layers, heads = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or h // heads
+    inter = getattr(cfg, "intermediate_size", 4 * h)
+    dims = [(h, heads * head_dim), (h, kv * head_dim), (h, kv * head_dim), (heads * head_dim, h), (h, inter), (h, inter), (inter, h)]
+    return layers * rank * sum(i + o for i, o in dims)
+
+
+def trainer_memory(cfg: Any, shape: TrainerShape) -> dict[str, float]:
+    """Bytes per GPU of one trainer rank, by part (and ``total``).
+
+    States: full fine-tuning keeps float32 weights, gradients and two AdamW moments (16 bytes per
+    parameter) sharded over the ranks, or on the CPU with offload; LoRA keeps the frozen base
+    (bf16, sharded) and 16 bytes per adapter parameter. Gathered: FSDP holds the root (embeddings,
+    head) and two decoder layers (one computing, one prefetched) unsharded in bf16. Activations
+    per token and layer, bf16: ~10 hidden-sized and 4 intermediate-sized tensors kept for
+    backward (attention by a fused kernel keeps no T x T scores); with activation checkpointing
+    only each layer's input, plus one layer recomputed at a time. Logits: ``logprob_chunk``
+    tokens of float32 vocabulary at a time, three such buffers (logits, softmax, gradient).
+    """
+    params = estimate_params(cfg)
+    h, layers, vocab = cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size
+    inter = getattr(cfg, "intermediate_size", 4 * h)
+    world = shape.gpus
+    root = vocab * h * (1 if getattr(cfg, "tie_word_embeddings", False) else 2)
+    per_layer = (params - root) / layers
+    if shape.lora_rank is None:
+        states = 0.0 if shape.cpu_offload else 16 * params / world
+    else:
+        adapter = lora_params(cfg, shape.lora_rank)
+        states = (0.0 if shape.cpu_offload else shape.lora_base_bytes * params / world) + 16 * adapter / world
+    gathered = 2 * (root + 2 * per_layer)
+    tokens = shape.tokens_per_micro_batch
+    layer_activations = 2 * (10 * h + 4 * inter) * tokens
+    activations = (2 * h * tokens * layers + layer_activations) if shape.activation_checkpointing else layer_activations * layers
+    logits = 3 * 4 * min(tokens, shape.logprob_chunk) * vocab
+    overhead = 1.5 * GIB  # CUDA context, NCCL buffers, allocator slack
+    parts = {"states": states, "gathered_weights": gathered, "activations": activations, "logits": logits, "overhead": overhead}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
     from transformers import AutoConfig
 
@@ -150,18 +224,36 @@ def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
     params = estimate_params(cfg)
     dtype = str(getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None) or "bfloat16").removeprefix("torch.")
     weights = params * BYTES.get(dtype, 2)
-    # Trainer: fp32 master weights + grads + two Adam moments for what it trains; a LoRA
-    # trainer keeps the base in the checkpoint dtype and trains ~1% of the parameters.
-    trained = params if plan.lora_rank is None else params // 100
-    trainer = (weights if plan.lora_rank is not None else 0) + trained * 16
+    shape = plan.trainer.model_copy(update={"lora_rank": plan.lora_rank})
+    parts = trainer_memory(cfg, shape)
+    trainer = parts["total"]
     replica = weights / tp
     needed = replica + trainer if plan.shared_gpu else max(replica, trainer)
     memory = {"params": params, "dtype": dtype, "replica_weights_gib_per_gpu": round(replica / GIB, 2),
-              "trainer_gib": round(trainer / GIB, 2), "gpu_gib_needed": round(needed / GIB, 2)}
+              "trainer_gib": round(trainer / GIB, 2), "gpu_gib_needed": round(needed / GIB, 2),
+              "trainer_gib_by_part": {k: round(v / GIB, 2) for k, v in parts.items()}, "trainer": shape.model_dump()}
     if plan.device == "cuda":
-        findings.append(Finding(check="memory per GPU", ok=needed < 0.9 * plan.gpu_memory_gib * GIB,
+        budget = 0.9 * plan.gpu_memory_gib * GIB
+        findings.append(Finding(check="memory per GPU", ok=needed < budget,
                                 detail=f"~{needed / GIB:.1f} GiB of {plan.gpu_memory_gib:.0f} GiB before KV cache ({plan.sync_mode} sync)"))
+        if trainer >= budget:
+            findings.append(Finding(check="trainer memory", ok=False, detail=refusal(parts, shape, plan.gpu_memory_gib)))
     return findings, memory
+
+
+def refusal(parts: dict[str, float], shape: TrainerShape, gpu_gib: float) -> str:
+    """Why the trainer cannot fit, and the settings that shrink the largest part."""
+    largest = max((k for k in parts if k != "total"), key=parts.get)
+    fixes = {
+        "states": "shard over more GPUs (torchrun --nproc-per-node), set cpu_offload, or train LoRA (lora_rank)",
+        "activations": "set activation_checkpointing, or lower pack_tokens / micro_batch_size x max_token_len",
+        "gathered_weights": "use more GPUs or a smaller model",
+        "logits": "lower logprob_chunk",
+        "overhead": "use a larger GPU",
+    }
+    shown = ", ".join(f"{k} {v / GIB:.1f}" for k, v in parts.items() if k != "total")
+    return (f"the trainer needs ~{parts['total'] / GIB:.1f} GiB per GPU ({shown} GiB) on {shape.gpus} GPU(s) of {gpu_gib:.0f} GiB "
+            f"with {shape.tokens_per_micro_batch} tokens per micro-batch; largest part: {largest}: {fixes[largest]}")
 
 
 def run_dryrun(path: Path, model_dir: str | None = None) -> tuple[Plan, list[Finding], dict[str, Any]]:
@@ -188,4 +280,4 @@ def run_dryrun(path: Path, model_dir: str | None = None) -> tuple[Plan, list[Fin
     return plan, findings, memory
 
 
-__all__ = ["Finding", "Plan", "estimate_params", "run_dryrun"]
+__all__ = ["Finding", "Plan", "TrainerShape", "estimate_params", "run_dryrun", "trainer_memory"]

@@ -41,6 +41,25 @@ class TrainerSettings(ServiceSettings):
     batch_size: int = Field(default=64, ge=1)
     """Sequences per optimiser step (the batcher's batch size)."""
     micro_batch_size: int = Field(default=32, ge=1)
+    """Padded rows per forward/backward (when ``pack_tokens`` is unset)."""
+    pack_tokens: int | None = Field(default=None, ge=16)
+    """Pack sequences into rows of at most this many tokens (position ids restart per sequence, no
+    attention across sequences; a longer sequence gets its own row) instead of padding
+    ``micro_batch_size`` rows: no compute is spent on padding."""
+    logprob_chunk: int = Field(default=4096, ge=1)
+    """Trained tokens projected onto the vocabulary at once: bounds the float32 logits of a long
+    sequence to ``logprob_chunk x vocab`` in forward and backward."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy trains; auto takes this rank's GPU when CUDA is present."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them: long
+    sequences fit in a fraction of the memory for about a third more compute."""
+    mixed_precision: bool = True
+    """Under torchrun on GPUs: bf16 parameters and compute, float32 gradient reduction and master
+    weights (FSDP2's MixedPrecisionPolicy). Off: float32 throughout."""
+    cpu_offload: bool = False
+    """Under torchrun: keep the sharded parameters, gradients and optimiser state in CPU memory
+    (FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU). Fits larger models, slower."""
     max_token_len: int = Field(default=2048, ge=16)
     lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -50,7 +69,11 @@ class TrainerSettings(ServiceSettings):
     lora_rank: int | None = Field(default=None, ge=1, le=256)
     """Train a peft LoRA adapter of this rank instead of every weight; required by sync_mode=lora."""
     lora_alpha: int = Field(default=32, ge=1)
+    lora_base_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """dtype of the frozen base under a LoRA adapter; auto is bf16 on GPUs (half the memory: 7B
+    LoRA at 32k tokens on one 80 GB GPU) and float32 on CPUs. The adapter trains in float32."""
     lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Modules the adapter wraps (all attention and MLP projections by default)."""
     broadcast_host: str = "127.0.0.1"
     """broadcast: the address replicas reach this trainer's rendezvous on (the pod IP in a cluster)."""
     verify_sync: bool = True

@@ -1,6 +1,7 @@
 """The trainer's main loop: pull a batch, take a GRPO step, publish the weights, checkpoint.
 
-Runs as a task on the service's event loop; the CPU/GPU-bound parts (the step, saving) run in
+Under torchrun this runs on rank 0 only; the step, checkpoints and weight export are ``Engine``
+operations the other ranks join (``rlstack.trainer.engine``). Runs as a task on the service's event loop; the CPU/GPU-bound parts (the step, saving) run in
 a worker thread so /healthz, /status and /metrics keep answering during a step. The weight
 version is the number of optimiser steps behind the weights, so a group stamped with version
 v and trained at step s is s - v steps stale.
@@ -23,8 +24,8 @@ from pydantic import BaseModel
 from rlstack.common.auth import bearer
 from rlstack.common.http import request_with_retries
 from rlstack.trainer import checkpoint
-from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.config import TrainerSettings
+from rlstack.trainer.engine import Engine, ShardedPolicy, load_policy  # noqa: F401 - load_policy: imported from here by tests
 from rlstack.trainer.metrics import TrainerMetrics
 from rlstack.trainer.report import (
     EvalResult,
@@ -36,7 +37,6 @@ from rlstack.trainer.report import (
     summarize,
     write_summary,
 )
-from rlstack.trainer.step import grpo_step
 from rlstack.trainer.sync import WeightPublisher
 
 if TYPE_CHECKING:  # wandb is imported only when a project is set
@@ -99,23 +99,6 @@ def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPu
     return FilesystemPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
 
 
-def load_policy(settings: TrainerSettings, resume: Path | None):  # noqa: ANN201 - a transformers or peft model
-    """The base model, with a trainable LoRA adapter when ``lora_rank`` is set (resumed from
-    ``resume`` when given: full weights, or the adapter over the base)."""
-    from transformers import AutoModelForCausalLM
-
-    if settings.lora_rank is None:
-        return AutoModelForCausalLM.from_pretrained(resume or settings.model, dtype=torch.float32)
-    from peft import LoraConfig, PeftModel, get_peft_model
-
-    base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=torch.float32)
-    if resume is not None:
-        return PeftModel.from_pretrained(base, resume, is_trainable=True)
-    config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=settings.lora_target_modules,
-                        lora_dropout=0.0, task_type="CAUSAL_LM")
-    return get_peft_model(base, config)
-
-
 class TrainingLoop:
     def __init__(self, settings: TrainerSettings, metrics: TrainerMetrics) -> None:
         self.s = settings
@@ -125,8 +108,9 @@ class TrainingLoop:
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
         self.records_path = self.run_dir / "metrics.jsonl"
+        self.engine: Engine | None = None
         self.model = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        """What the publisher syncs: the model itself, or a handle on the sharded one under torchrun."""
         self.step = 0
         self.weight_version = 0
         self.started = time.monotonic()
@@ -144,14 +128,11 @@ class TrainingLoop:
         torch.manual_seed(self.s.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resume = checkpoint.latest(self.checkpoints)
-        self.model = load_policy(self.s, resume)
-        if torch.cuda.is_available():
-            self.model = self.model.cuda()
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=self.s.lr, weight_decay=self.s.weight_decay)
+        self.engine = Engine(self.s)
+        self.engine.call("load", resume)
+        self.model = ShardedPolicy(self.engine) if self.engine.ctx.launched else self.engine.model
         if resume is not None:
             state = checkpoint.load_state(resume)
-            checkpoint.load_optimizer(resume, self.optimizer)
             self.step, self.weight_version = state.step, state.weight_version
             # Steps after the checkpoint were lost with the process: their records go too.
             records = [r for r in read_records(self.records_path) if r.step <= self.step]
@@ -223,10 +204,9 @@ class TrainingLoop:
 
     async def train_one(self) -> StepRecord:
         groups, waited = await self._next_batch()
-        batch = to_tensors(groups)
-        stats = await asyncio.to_thread(grpo_step, self.model, self.optimizer, batch, self.s.loss,
-                                        self.s.micro_batch_size, self.s.max_grad_norm, self.step)
-        stale = [max(0, self.step - v) for v in batch.weight_versions if v is not None]
+        stats = await asyncio.to_thread(self.engine.call, "step", groups, self.step)
+        versions = [g.get("weight_version") for g in groups for _ in g["tokens"]]
+        stale = [max(0, self.step - v) for v in versions if v is not None]
         self.step += 1
         sync_seconds = None
         if self.step % self.s.sync_every == 0 or self.step == self.s.steps:
@@ -244,7 +224,7 @@ class TrainingLoop:
             self.tracker.step(record)
         if self.step % self.s.checkpoint_every == 0 or self.step == self.s.steps:
             state = checkpoint.CheckpointState(step=self.step, weight_version=self.weight_version)
-            await asyncio.to_thread(checkpoint.save, self.checkpoints, self.model, self.optimizer, state, self.s.keep_checkpoints)
+            await asyncio.to_thread(self.engine.call, "save", self.checkpoints, state, self.s.keep_checkpoints)
         self._observe(record)
         return record
 
@@ -303,6 +283,13 @@ class TrainingLoop:
         if self.tracker is not None:
             self.tracker.evaluation("after", self.status.eval_after, self.step)
         await asyncio.to_thread(self.finish)  # reads every trajectory file and draws the plot
+        await asyncio.to_thread(self._release_ranks)
+
+    def _release_ranks(self) -> None:
+        """The other torchrun ranks exit once the run is done (nothing else needs them)."""
+        if self.engine is not None and self.engine.ctx.world_size > 1:
+            self.engine.call("stop")
+            self.engine = None
 
     def finish(self) -> None:
         """Summary, W&B and plot; blocking file IO, so the loop runs it in a worker thread."""

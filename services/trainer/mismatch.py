@@ -10,8 +10,13 @@ count: for older tokens the gap is the policy's own change, not a mismatch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from rlstack.trainer.distributed import DistContext
 
 RATIO_BAND = (0.5, 2.0)
 
@@ -44,6 +49,16 @@ class MismatchAccumulator:
         ratio = torch.exp(d)
         self.outside += int(((ratio < low) | (ratio > high)).sum())
         self.tokens += int(d.numel())
+
+    def reduce(self, ctx: DistContext) -> Mismatch | None:
+        """The result over every rank's tokens (each rank saw its own share of the batch)."""
+        from rlstack.trainer.distributed import all_reduce
+
+        if ctx.world_size > 1:
+            self.kl, self.abs_sum, outside, tokens = all_reduce(ctx, [self.kl, self.abs_sum, self.outside, self.tokens])
+            self.outside, self.tokens = int(outside), int(tokens)
+            self.abs_max = all_reduce(ctx, [self.abs_max], op="max")[0]
+        return self.result()
 
     def result(self) -> Mismatch | None:
         if self.tokens == 0:

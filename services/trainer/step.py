@@ -1,7 +1,10 @@
 """One GRPO optimisation step on a batch: micro-batched forward/backward, clip, AdamW step.
 
-Device-agnostic (tensors follow the model), so the same code runs on CPU here and, wrapped by
-FSDP2 under torchrun, on GPUs; bf16 autocast where the device supports it.
+Device-agnostic (tensors follow the model). The same function runs in a plain process and on
+every rank of a torchrun job whose policy FSDP2 shards (``rlstack.trainer.distributed``): each
+rank takes its token-balanced share of the batch (``rlstack.trainer.packing``), gradients are
+reduced by FSDP, and the statistics summed over ranks. bf16 autocast on CUDA when the weights
+are not already bf16 through FSDP's mixed precision.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from dataclasses import dataclass
 import torch
 
 from rlstack.trainer.batch import TrainBatch
-from rlstack.trainer.loss import GRPOLossConfig, grpo_loss, token_logprobs
+from rlstack.trainer.distributed import DistContext, all_reduce, is_sharded
+from rlstack.trainer.logprobs import DEFAULT_CHUNK, PolicyLogprobs
+from rlstack.trainer.loss import GRPOLossConfig, grpo_loss
 from rlstack.trainer.mismatch import Mismatch, MismatchAccumulator
+from rlstack.trainer.packing import micro_batches
 
 
 @dataclass
@@ -31,58 +37,70 @@ class StepStats:
     """Inference vs trainer logprobs on the rows sampled by the weights being trained (None if no such row)."""
 
 
-def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor,
-                    mask: torch.Tensor | None = None) -> torch.Tensor:
-    """log p(target) per position ``[B, T]``.
+def as_policy(model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> PolicyLogprobs:
+    """The logprob module around a causal LM (a model already wrapped is returned as is)."""
+    return model if isinstance(model, PolicyLogprobs) else PolicyLogprobs(model, chunk)
 
-    With ``mask``, only the trained positions are projected onto the vocabulary (the rest are
-    0): in RL the prompt is most of every row, and the vocabulary projection most of a small
-    model's compute. Models whose head does more than a linear map (logit soft-capping) or
-    that expose no decoder take the full path.
-    """
-    decoder = getattr(model, "get_decoder", lambda: None)()
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    plain_head = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
-    if mask is None or decoder is None or head is None or not plain_head:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return token_logprobs(logits, targets)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    picked = token_logprobs(head(hidden[mask]), targets[mask])
-    return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
+
+def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor,
+                    mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                    chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """log p(target) per position ``[B, T]``; with ``mask``, only the trained positions are
+    projected onto the vocabulary (the rest are 0), ``chunk`` tokens at a time."""
+    return as_policy(model, chunk)(input_ids, targets, mask, attention_mask=attention_mask, position_ids=position_ids)
+
+
+def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Global grad-norm clipping; with sharded (DTensor) gradients the norm is reduced over ranks first."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, 2.0)
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return float(total)
 
 
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
-              micro_batch_size: int = 8, max_grad_norm: float = 1.0, current_version: int | None = None) -> StepStats:
-    """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch."""
+              micro_batch_size: int = 8, max_grad_norm: float = 1.0, current_version: int | None = None,
+              pack_tokens: int | None = None, ctx: DistContext | None = None) -> StepStats:
+    """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch.
+
+    ``pack_tokens`` packs sequences into rows of at most that many tokens instead of padding
+    ``micro_batch_size`` rows. Under torchrun pass every rank's ``ctx``: all ranks call this with
+    the same ``batch``, and all get the same statistics back.
+    """
     start = time.perf_counter()
-    device = next(model.parameters()).device
-    model.train()
+    ctx = ctx or DistContext()
+    policy = as_policy(model)
+    device = next(policy.parameters()).device
+    policy.train()
     optimizer.zero_grad(set_to_none=True)
     total_tokens = max(1, batch.trained_tokens)
-    weighted = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0}
-    autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    same_weights = torch.tensor([v is not None and v == current_version for v in batch.weight_versions], dtype=torch.bool)
+    # FSDP averages gradients over ranks, while each rank's loss is already its share of the
+    # whole batch's token mean: scale back by the world size.
+    scale = ctx.world_size / total_tokens
+    sums = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0}
+    autocast = device.type == "cuda" and torch.cuda.is_bf16_supported() and not is_sharded(policy)
     mismatch = MismatchAccumulator()
-    for lo in range(0, batch.input_ids.shape[0], micro_batch_size):
-        part = slice(lo, lo + micro_batch_size)
-        mask = batch.loss_mask[part].to(device)
-        tokens = int(mask.sum())
-        if tokens == 0:
-            continue
+    for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version):
+        tokens = part.tokens
+        if tokens == 0 and ctx.world_size == 1:
+            continue  # a lone process skips rows with nothing trained; ranks must stay in step
+        part = part.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logprobs = policy_logprobs(model, batch.input_ids[part].to(device), batch.attention_mask[part].to(device),
-                                       batch.targets[part].to(device), mask)
-        inference = batch.inference_logprobs[part].to(device)
-        loss, stats = grpo_loss(logprobs, inference, batch.advantages[part].to(device), mask, config)
-        mismatch.add(logprobs, inference, mask & same_weights[part].to(device).unsqueeze(-1))
+            logprobs = policy(part.input_ids, part.targets, part.loss_mask, attention_mask=part.attention_mask,
+                              position_ids=part.position_ids)
+        loss, stats = grpo_loss(logprobs, part.inference_logprobs, part.advantages, part.loss_mask, config)
+        mismatch.add(logprobs, part.inference_logprobs, part.loss_mask & part.same_weights)
         # Token-mean over the whole batch: weight each micro-batch by its share of trained tokens.
-        (loss * tokens / total_tokens).backward()
-        weighted["loss"] += float(loss.detach()) * tokens / total_tokens
+        (loss * tokens * scale).backward()
+        sums["loss"] += float(loss.detach()) * tokens / total_tokens
         for key in ("clip_fraction", "kl", "ratio_mean"):
-            weighted[key] += stats[key] * tokens / total_tokens
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+            sums[key] += stats[key] * tokens / total_tokens
+    grad_norm = clip_gradients([p for p in policy.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
-    return StepStats(loss=weighted["loss"], grad_norm=grad_norm, clip_fraction=weighted["clip_fraction"], kl=weighted["kl"],
-                     ratio_mean=weighted["ratio_mean"], tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
+    reduced = dict(zip(sums, all_reduce(ctx, list(sums.values()))))
+    return StepStats(loss=reduced["loss"], grad_norm=grad_norm, clip_fraction=reduced["clip_fraction"], kl=reduced["kl"],
+                     ratio_mean=reduced["ratio_mean"], tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
                      reward_mean=float(batch.rewards.mean()), reward_std=float(batch.rewards.std(unbiased=False)),
-                     mismatch=mismatch.result())
+                     mismatch=mismatch.reduce(ctx))

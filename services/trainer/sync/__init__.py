@@ -84,7 +84,10 @@ def version_rpc(version: int, adapter: str | None = None) -> dict:
 
 
 def full_weights(model) -> list[tuple[str, torch.Tensor]]:  # noqa: ANN001 - a transformers PreTrainedModel
-    """Every tensor a replica loads, contiguous; a tied lm_head is the embedding and is not sent twice."""
+    """Every tensor a replica loads, contiguous; a tied lm_head is the embedding and is not sent twice.
+    (A policy sharded over torchrun ranks streams through ``sync.gather`` instead.)"""
+    if not hasattr(model, "state_dict"):
+        raise TypeError("this sync mode needs the whole model in this process; a sharded policy syncs with filesystem or lora")
     tied = getattr(model.config, "tie_word_embeddings", False)
     return [(name, p.detach().contiguous()) for name, p in model.state_dict().items() if not (tied and name.endswith("lm_head.weight"))]
 

@@ -73,6 +73,8 @@ def trainer_logprobs(model: torch.nn.Module, tokens: list[int]) -> list[float]:
 
     from rlstack.trainer.step import policy_logprobs
 
+    if hasattr(model, "probe_logprobs"):  # a sharded policy: every rank takes part in the forward
+        return model.probe_logprobs(tokens)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

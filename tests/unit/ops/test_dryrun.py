@@ -66,3 +66,47 @@ def test_parameter_estimate_matches_a_real_model():
                          num_key_value_heads=2, tie_word_embeddings=False)
     actual = sum(p.numel() for p in Qwen2ForCausalLM(config).parameters())
     assert abs(estimate_params(config) - actual) / actual < 0.03
+
+
+def shaped(tmp_path, shape):
+    from rlstack.trainer.shapes import qwen2_config
+
+    cfg = qwen2_config(shape)
+    cfg.architectures = ["Qwen2ForCausalLM"]
+    cfg.save_pretrained(tmp_path / shape)
+    return str(tmp_path / shape)
+
+
+def values_with(tmp_path, env, gpus=1):
+    data = yaml.safe_load((CHART / "values.yaml").read_text())
+    data["trainer"] = {**data["trainer"], "gpus": gpus, "env": {**data["trainer"]["env"], **env}}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_trainer_memory_refuses_what_cannot_fit_and_says_what_to_change(tmp_path):
+    model = shaped(tmp_path, "qwen2-7b")
+    full = {"RLSTACK_TRAINER_PACK_TOKENS": "32768", "RLSTACK_TRAINER_ACTIVATION_CHECKPOINTING": "true"}
+    _, findings, memory = run_dryrun(values_with(tmp_path, full), model)
+    refused = next(f for f in findings if f.check == "trainer memory")
+    assert not refused.ok and "states" in refused.detail and "cpu_offload" in refused.detail
+    assert memory["trainer_gib_by_part"]["states"] > 100  # 16 bytes x 7.6B parameters on one GPU
+    lora = {**full, "RLSTACK_TRAINER_SYNC_MODE": "lora", "RLSTACK_TRAINER_LORA_RANK": "16"}
+    assert "trainer memory" not in failed(run_dryrun(values_with(tmp_path, lora), model)[1])  # 7B LoRA at 32k on 80 GB
+    assert "trainer memory" not in failed(run_dryrun(values_with(tmp_path, full, gpus=8), model)[1])  # sharded over 8
+    long_rows = {"RLSTACK_TRAINER_PACK_TOKENS": "65536"}
+    refused = next(f for f in run_dryrun(values_with(tmp_path, long_rows), shaped(tmp_path, "qwen2-1.5b"))[1] if f.check == "trainer memory")
+    assert "activation_checkpointing" in refused.detail
+
+
+def test_trainer_memory_shrinks_with_ranks_offload_and_checkpointing():
+    from rlstack.ops.dryrun import TrainerShape, trainer_memory
+    from rlstack.trainer.shapes import qwen2_config
+
+    cfg = qwen2_config("qwen2-0.5b")
+    base = trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768))
+    assert trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768, gpus=4))["states"] == pytest.approx(base["states"] / 4)
+    assert trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768, cpu_offload=True))["states"] == 0
+    checkpointed = trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768, activation_checkpointing=True))
+    assert checkpointed["activations"] < base["activations"] / 5 and checkpointed["total"] < 80 * 1024**3

@@ -1,0 +1,166 @@
+"""The policy, its optimiser and what is done with them (step, checkpoint, export, probe), on one rank.
+
+Under torchrun, rank 0 runs the service (HTTP app, batch pulling, weight sync) and every other
+rank runs ``Engine.serve``: rank 0 broadcasts each operation with its arguments (a batch's
+groups, a checkpoint directory) over the gloo control group, then all ranks run it together.
+A batch's token lists are a few MB at most, next to a step of seconds; one process talking to
+the batcher keeps the Atropos contract (one trainer, one step counter) and one sender per sync.
+In a plain process ``call`` just runs the operation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlstack.trainer import checkpoint
+from rlstack.trainer.batch import to_tensors
+from rlstack.trainer.config import TrainerSettings
+from rlstack.trainer.distributed import DistContext, broadcast_object, init_distributed, shard
+from rlstack.trainer.logprobs import PolicyLogprobs
+from rlstack.trainer.step import StepStats, grpo_step
+
+log = logging.getLogger(__name__)
+
+
+def base_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
+    """Full fine-tuning keeps float32 master weights (FSDP computes in bf16 on GPUs); a LoRA base is
+    frozen, so on a GPU it is held in bf16 (half the memory) unless float32 is asked for."""
+    if settings.lora_rank is None or settings.lora_base_dtype == "float32":
+        return torch.float32
+    if settings.lora_base_dtype == "bfloat16":
+        return torch.bfloat16
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dtype = torch.float32):  # noqa: ANN201 - a transformers or peft model
+    """The base model, with a trainable LoRA adapter when ``lora_rank`` is set (resumed from
+    ``resume`` when given: full weights, or the adapter over the base; a sharded checkpoint is
+    loaded later, over the base)."""
+    from transformers import AutoModelForCausalLM
+
+    hf_resume = resume if resume is not None and checkpoint.kind(resume) == "hf" else None
+    if settings.lora_rank is None:
+        return AutoModelForCausalLM.from_pretrained(hf_resume or settings.model, dtype=torch.float32)
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=dtype)
+    if hf_resume is not None:
+        return PeftModel.from_pretrained(base, hf_resume, is_trainable=True)
+    config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=settings.lora_target_modules,
+                        lora_dropout=0.0, task_type="CAUSAL_LM")
+    return get_peft_model(base, config)  # adapter weights stay float32 over a bf16 base (peft's default)
+
+
+class Engine:
+    def __init__(self, settings: TrainerSettings, ctx: DistContext | None = None) -> None:
+        self.s = settings
+        self.ctx = ctx or init_distributed(settings.device)
+        self.model: Any = None
+        """The transformers (or peft) model: what checkpoints and publishers see."""
+        self.policy: PolicyLogprobs | None = None
+        """The module the step runs (FSDP2-sharded under torchrun)."""
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._lock = threading.Lock()
+
+    # -- rank 0 drives, every other rank follows --------------------------------------------
+    def call(self, op: str, *args: Any) -> Any:
+        """Run ``op`` on every rank (rank 0 only calls this); its result on rank 0."""
+        with self._lock:
+            broadcast_object(self.ctx, (op, args))
+            return getattr(self, op)(*args)
+
+    def serve(self) -> None:
+        """A follower rank: run what rank 0 sends until it says stop."""
+        while True:
+            op, args = broadcast_object(self.ctx)
+            if op == "stop":
+                return
+            getattr(self, op)(*args)
+
+    def stop(self) -> None:
+        """Release the followers (rank 0 calls ``call("stop")``; this runs on rank 0 only)."""
+
+    # -- operations ---------------------------------------------------------------------------
+    def load(self, resume: Path | None) -> None:
+        ctx, s = self.ctx, self.s
+        if ctx.launched and s.sync_mode in ("broadcast", "ipc") and ctx.world_size > 1:
+            raise ValueError(f"sync_mode={s.sync_mode} does not stream sharded weights yet: use filesystem or lora "
+                             "with more than one torchrun process")
+        model = load_policy(s, resume, base_dtype(s, ctx.device))
+        if s.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy = PolicyLogprobs(model, s.logprob_chunk)
+        if ctx.launched:
+            shard(policy, model, ctx, mixed_precision=s.mixed_precision and ctx.device.type == "cuda", cpu_offload=s.cpu_offload)
+            if not s.cpu_offload:
+                policy.to(ctx.device)
+        elif ctx.device.type == "cuda":
+            policy.cuda()
+        self.model, self.policy = model, policy
+        trainable = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=s.lr, weight_decay=s.weight_decay)
+        if resume is not None:
+            checkpoint.load_training_state(resume, policy, self.optimizer, sharded=ctx.launched)
+
+    def step(self, groups: list[dict], version: int) -> StepStats:
+        return grpo_step(self.policy, self.optimizer, to_tensors(groups), self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
+                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx)
+
+    def save(self, directory: Path, state: checkpoint.CheckpointState, keep: int) -> Path:
+        if self.ctx.launched:
+            return checkpoint.save_sharded(directory, self.policy, self.optimizer, state, keep, self.ctx)
+        return checkpoint.save(directory, self.model, self.optimizer, state, keep)
+
+    def export(self, path: Path) -> None:
+        """A Hugging Face directory of the current weights for the replicas, gathered layer by layer."""
+        from rlstack.trainer.sync.gather import save_gathered
+
+        save_gathered(self.model, path, self.ctx)
+
+    def probe(self, tokens: list[int]) -> list[float]:
+        """log p(token t+1 | tokens <= t) in float32 (the served-weights check), computed by every rank."""
+        device = self.ctx.device
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with torch.no_grad():
+                ids = torch.tensor([tokens[:-1]], device=device)
+                lp = self.policy(ids, torch.tensor([tokens[1:]], device=device), attention_mask=torch.ones_like(ids))
+        finally:
+            self.policy.train(was_training)
+        return lp[0].float().tolist()
+
+
+class ShardedPolicy:
+    """What a weight publisher on rank 0 needs from a policy sharded over ranks: every call is an
+    ``Engine`` operation the other ranks join. Used instead of the model when torchrun launched us."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.model.config
+
+    def save_pretrained(self, path: Path, safe_serialization: bool = True) -> None:  # noqa: ARG002 - always safetensors
+        self.engine.call("export", Path(path))
+
+    def probe_logprobs(self, tokens: list[int]) -> list[float]:
+        return self.engine.call("probe", tokens)
+
+
+def follow(settings: TrainerSettings) -> None:
+    """A rank other than 0: hold a shard of the policy and run what rank 0 sends, then exit."""
+    engine = Engine(settings)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    torch.manual_seed(settings.seed)
+    log.info("rank %d of %d follows rank 0", engine.ctx.rank, engine.ctx.world_size)
+    try:
+        engine.serve()
+    finally:
+        from rlstack.trainer.distributed import shutdown
+
+        shutdown(engine.ctx)

@@ -1,0 +1,70 @@
+"""log p(target) of the trained tokens, without the whole float32 vocabulary projection at once.
+
+The decoder runs over every position; only trained positions are projected onto the vocabulary
+(the prompt is most of an RL row), and those ``chunk`` tokens at a time, each chunk under
+activation checkpointing: its float32 logits exist only while that chunk is computed, forward
+and again in backward. At 32k trained tokens and a 152k vocabulary the full projection would be
+~19 GB in float32; a chunk of 4096 is ~2.5 GB, whatever the sequence length.
+
+``PolicyLogprobs`` is the module the step calls; FSDP2 shards it as the root unit (embeddings,
+final norm, head), so the head's weights are gathered for exactly this forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from rlstack.trainer.loss import token_logprobs
+
+DEFAULT_CHUNK = 4096
+
+
+def _project(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return token_logprobs(head(hidden), targets)
+
+
+def chunked_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """``token_logprobs(head(hidden), targets)`` for ``hidden [N, H]``, ``chunk`` rows at a time."""
+    if hidden.shape[0] == 0 or (hidden.shape[0] <= chunk and not torch.is_grad_enabled()):
+        # Nothing trained still runs the head: the (zero) gradient must reach every sharded unit.
+        return _project(head, hidden, targets)
+    parts = []
+    for lo in range(0, hidden.shape[0], chunk):
+        h, t = hidden[lo:lo + chunk], targets[lo:lo + chunk]
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_project, head, h, t, use_reentrant=False))
+        else:
+            parts.append(_project(head, h, t))
+    return torch.cat(parts)
+
+
+class PolicyLogprobs(torch.nn.Module):
+    """A causal LM returning log p(target) per position ``[B, T]`` (0 where ``mask`` is False).
+
+    Padded rows pass ``attention_mask``; packed rows pass ``position_ids`` restarting at each
+    sequence and no attention mask, which transformers turns into a block-diagonal causal mask
+    (no attention across sequences). Models whose head does more than a linear map (logit
+    soft-capping) or that expose no decoder take the full-logits path.
+    """
+
+    def __init__(self, model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> None:
+        super().__init__()
+        self.model = model
+        self.chunk = chunk
+
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        model = self.model
+        decoder = getattr(model, "get_decoder", lambda: None)()
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        plain_head = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
+        kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+        if decoder is None or head is None or not plain_head:
+            return token_logprobs(model(input_ids=input_ids, **kwargs).logits, targets)
+        hidden = decoder(input_ids=input_ids, **kwargs).last_hidden_state
+        if mask is None:
+            flat = chunked_logprobs(head, hidden.flatten(0, 1), targets.flatten(), self.chunk)
+            return flat.view(targets.shape)
+        picked = chunked_logprobs(head, hidden[mask], targets[mask], self.chunk)
+        return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)

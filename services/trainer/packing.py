@@ -1,0 +1,135 @@
+"""A batch cut into the micro-batches one rank runs: padded rows, or packed rows.
+
+Every rank receives the whole batch and cuts it the same way, so no rank has to tell another
+what it got. Sequences go to ranks by trained-token-balanced greedy assignment (longest first
+to the rank with the fewest tokens: every rank's step then lasts about as long). Ranks with
+fewer micro-batches get empty ones (a one-token forward with zero loss), because FSDP needs
+every rank to run the same number of forwards and backwards.
+
+Packed rows concatenate sequences up to ``pack_tokens`` tokens, with position ids restarting at
+each sequence and no attention across them; no token is padding. Padded rows keep the old
+layout (``micro_batch_size`` rows, padded to the longest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlstack.trainer.batch import TrainBatch
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [b, T]
+    targets: torch.Tensor  # [b, T]
+    loss_mask: torch.Tensor  # [b, T] bool
+    inference_logprobs: torch.Tensor  # [b, T]
+    advantages: torch.Tensor  # [b, T] per token
+    same_weights: torch.Tensor  # [b, T] bool: sampled by the weights being trained
+    attention_mask: torch.Tensor | None = None  # padded rows
+    position_ids: torch.Tensor | None = None  # packed rows
+
+    @property
+    def tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+    def to(self, device: torch.device) -> MicroBatch:
+        move = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return MicroBatch(**move)
+
+
+def lengths(batch: TrainBatch) -> list[int]:
+    return [int(n) for n in batch.attention_mask.sum(-1)]
+
+
+def assign_ranks(batch: TrainBatch, world_size: int) -> list[list[int]]:
+    """Sequence indices per rank, balancing trained tokens (ties by sequence length)."""
+    trained = batch.loss_mask.sum(-1).tolist()
+    size = lengths(batch)
+    order = sorted(range(len(size)), key=lambda i: (-trained[i], -size[i], i))
+    load = [(0, 0)] * world_size
+    out: list[list[int]] = [[] for _ in range(world_size)]
+    for i in order:
+        r = min(range(world_size), key=lambda k: (load[k], k))
+        out[r].append(i)
+        load[r] = (load[r][0] + trained[i], load[r][1] + size[i])
+    return [sorted(x) for x in out]
+
+
+def _same_weights(batch: TrainBatch, current_version: int | None) -> torch.Tensor:
+    return torch.tensor([v is not None and v == current_version for v in batch.weight_versions], dtype=torch.bool)
+
+
+def padded(batch: TrainBatch, rows: list[int], micro_batch_size: int, current_version: int | None) -> list[MicroBatch]:
+    same = _same_weights(batch, current_version)
+    out = []
+    for lo in range(0, len(rows), micro_batch_size):
+        idx = torch.tensor(rows[lo:lo + micro_batch_size])
+        width = max(1, int(batch.attention_mask[idx].sum(-1).max()))
+        mask = batch.loss_mask[idx, :width]
+        out.append(MicroBatch(input_ids=batch.input_ids[idx, :width], targets=batch.targets[idx, :width], loss_mask=mask,
+                              inference_logprobs=batch.inference_logprobs[idx, :width],
+                              advantages=batch.advantages[idx].unsqueeze(-1).expand_as(mask).clone(),
+                              same_weights=same[idx].unsqueeze(-1).expand_as(mask).clone(),
+                              attention_mask=batch.attention_mask[idx, :width]))
+    return out
+
+
+def pack_rows(sizes: dict[int, int], budget: int) -> list[list[int]]:
+    """First-fit decreasing: sequence indices per row, each row at most ``budget`` tokens (a longer
+    sequence gets a row of its own)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(sizes, key=lambda k: (-sizes[k], k)):
+        slot = next((r for r, left in enumerate(room) if left >= sizes[i]), None)
+        if slot is None:
+            rows.append([i])
+            room.append(budget - sizes[i])
+        else:
+            rows[slot].append(i)
+            room[slot] -= sizes[i]
+    return [sorted(r) for r in rows]
+
+
+def packed(batch: TrainBatch, rows: list[int], pack_tokens: int, current_version: int | None) -> list[MicroBatch]:
+    same = _same_weights(batch, current_version)
+    size = lengths(batch)
+    out = []
+    for row in pack_rows({i: size[i] for i in rows}, pack_tokens):
+        def cat(t: torch.Tensor, row: list[int] = row) -> torch.Tensor:
+            return torch.cat([t[i, :size[i]] for i in row]).unsqueeze(0)
+
+        out.append(MicroBatch(input_ids=cat(batch.input_ids), targets=cat(batch.targets), loss_mask=cat(batch.loss_mask),
+                              inference_logprobs=cat(batch.inference_logprobs),
+                              advantages=torch.cat([batch.advantages[i].expand(size[i]) for i in row]).unsqueeze(0),
+                              same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
+                              position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0)))
+    return out
+
+
+def empty(packed_rows: bool) -> MicroBatch:
+    """One token, nothing trained: keeps a rank in step with the others' forwards and backwards."""
+    one = torch.zeros(1, 1, dtype=torch.long)
+    return MicroBatch(input_ids=one, targets=one, loss_mask=torch.zeros(1, 1, dtype=torch.bool),
+                      inference_logprobs=torch.zeros(1, 1), advantages=torch.zeros(1, 1), same_weights=torch.zeros(1, 1, dtype=torch.bool),
+                      attention_mask=None if packed_rows else torch.ones(1, 1, dtype=torch.long),
+                      position_ids=torch.zeros(1, 1, dtype=torch.long) if packed_rows else None)
+
+
+def micro_batches(batch: TrainBatch, rank: int, world_size: int, micro_batch_size: int, pack_tokens: int | None,
+                  current_version: int | None) -> list[MicroBatch]:
+    """This rank's micro-batches; every rank gets the same number."""
+    per_rank = assign_ranks(batch, world_size) if world_size > 1 else [list(range(batch.input_ids.shape[0]))]
+
+    def cut(rows: list[int]) -> list[MicroBatch]:
+        if pack_tokens is None:
+            return padded(batch, rows, micro_batch_size, current_version)
+        return packed(batch, rows, pack_tokens, current_version)
+
+    counts = [len(cut(r)) for r in per_rank] if world_size > 1 else None
+    mine = cut(per_rank[rank])
+    if counts is not None:
+        mine += [empty(pack_tokens is not None) for _ in range(max(counts) - len(mine))]
+    return mine
