@@ -3,13 +3,53 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, HttpUrl, SecretStr
+from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN
 from rlstack.common.settings import ServiceSettings
+
+
+class ArithmeticSpec(BaseModel):
+    """Generated sums and products, graded exactly."""
+
+    kind: Literal["arithmetic"] = "arithmetic"
+    difficulty: int
+    max_operand: int
+    format_reward: float
+
+
+class Gsm8kSpec(BaseModel):
+    """Grade-school word problems."""
+
+    kind: Literal["gsm8k"] = "gsm8k"
+    dataset_path: Path | None
+
+
+class HarborSpec(BaseModel):
+    """Agent trials on a Harbor dataset."""
+
+    kind: Literal["harbor"] = "harbor"
+    tasks_dir: Path
+    agent: Literal["builtin", "claude-code"]
+    sandbox: Literal["local", "kubernetes"]
+
+
+TaskSpec = Annotated[ArithmeticSpec | Gsm8kSpec | HarborSpec, Field(discriminator="kind")]
+"""The task a server runs, as one typed value: only the fields of the chosen kind exist."""
+_SPEC_FIELDS = {kind: frozenset(spec.model_fields) - {"kind"} for kind, spec in
+                (("arithmetic", ArithmeticSpec), ("gsm8k", Gsm8kSpec), ("harbor", HarborSpec))}
+_TASK_SPEC: TypeAdapter[ArithmeticSpec | Gsm8kSpec | HarborSpec] = TypeAdapter(TaskSpec)
+
+TASK_FIELDS: dict[str, frozenset[str]] = {
+    "arithmetic": frozenset({"difficulty", "max_operand", "format_reward"}),
+    "gsm8k": frozenset({"dataset_path"}),
+    "harbor": frozenset({"tasks_dir", "agent", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries"}),
+}
+"""Settings that mean something for one task only; setting one for another task is a mistake worth an error.
+(Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)"""
 
 
 class EnvSettings(ServiceSettings):
@@ -93,3 +133,19 @@ class EnvSettings(ServiceSettings):
     pod_name: str | None = None
     """This server's pod (downward API): owner of its sandboxes, which then die with it."""
     pod_uid: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_the_task(self) -> EnvSettings:
+        """Flat env vars and flags stay what the chart and scripts set; the task they describe is checked as a union."""
+        for kind, fields in TASK_FIELDS.items():
+            stray = sorted(fields & self.model_fields_set) if kind != self.task else []
+            if stray:
+                raise ValueError(f"{', '.join(stray)}: only for task {kind!r}, but task is {self.task!r}")
+        if self.task == "harbor" and self.tasks_dir is None:
+            raise ValueError("tasks_dir: task 'harbor' needs a Harbor dataset directory (--tasks-dir)")
+        return self
+
+    @property
+    def task_spec(self) -> ArithmeticSpec | Gsm8kSpec | HarborSpec:
+        fields = {name: getattr(self, name) for name in _SPEC_FIELDS[self.task]}
+        return _TASK_SPEC.validate_python({"kind": self.task, **fields})

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from rlstack.envs import arithmetic
-from rlstack.envs.config import EnvSettings
+from rlstack.envs.config import ArithmeticSpec, EnvSettings, Gsm8kSpec
 
 
 class Task(Protocol):
@@ -41,10 +41,13 @@ class ArithmeticTask:
 
 
 def build_task(settings: EnvSettings) -> Task:
-    if settings.task == "gsm8k":
+    spec = settings.task_spec
+    if isinstance(spec, Gsm8kSpec):
         from rlstack.envs.gsm8k import GSM8KConfig, GSM8KTask
 
-        return GSM8KTask(GSM8KConfig(path=settings.dataset_path, heldout_size=settings.heldout_size, seed=settings.seed))
-    return ArithmeticTask(arithmetic.ArithmeticConfig(difficulty=settings.difficulty, max_operand=settings.max_operand,
-                                                      format_reward=settings.format_reward, seed=settings.seed,
-                                                      heldout_size=settings.heldout_size))
+        return GSM8KTask(GSM8KConfig(path=spec.dataset_path, heldout_size=settings.heldout_size, seed=settings.seed))
+    if isinstance(spec, ArithmeticSpec):
+        return ArithmeticTask(arithmetic.ArithmeticConfig(difficulty=spec.difficulty, max_operand=spec.max_operand,
+                                                          format_reward=spec.format_reward, seed=settings.seed,
+                                                          heldout_size=settings.heldout_size))
+    raise ValueError(f"task {spec.kind!r} has no single-turn runner (harbor runs in the agent env server)")
