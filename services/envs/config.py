@@ -59,7 +59,7 @@ class EnvSettings(ServiceSettings):
     task: Literal["arithmetic", "gsm8k", "harbor"] = "arithmetic"
     """Which task this server runs; ``harbor`` runs agent trials on the tasks of ``tasks_dir``."""
     dataset_path: Path | None = None
-    """gsm8k: a local JSONL of question/answer rows; unset tries Hugging Face, then the bundled samples."""
+    """gsm8k: a local JSONL of question/answer rows; unset loads it from Hugging Face (start-up fails if it cannot)."""
     name: str = "arithmetic"
     """Name registered with the batcher (Atropos' desired_name)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")

@@ -57,7 +57,7 @@ class ProxyApp:
         self.registry_client = RegistryClient(str(settings.registry_url))
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
                                    settings.watch_timeout_seconds)
-        self.writer = TrajectoryWriter(settings.trials_dir, settings.writer_id or default_writer_id(), self.metrics.trajectory_lines)
+        self.writer = TrajectoryWriter(settings.trials_dir, writer_id_for(settings), self.metrics.trajectory_lines)
         self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
@@ -161,10 +161,13 @@ class ProxyApp:
         return metrics_response(self.registry)
 
 
-def default_writer_id() -> str:
-    """``<hostname>-<pid>``: a pod's name is its hostname, so no two proxy processes anywhere share one."""
-    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()) or "proxy"
-    return f"{host[:100]}-{os.getpid()}"
+def writer_id_for(settings: ProxySettings) -> str:
+    """``<hostname>-<pid>`` by default: a pod's name is its hostname, so no two proxy processes anywhere
+    share one. A set ``writer_id`` is used as is with one worker and gets the pid appended with several."""
+    if settings.writer_id and settings.workers == 1:
+        return settings.writer_id
+    base = settings.writer_id or "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()) or "proxy"
+    return f"{base[:100]}-{os.getpid()}"
 
 
 def worker_app() -> ProxyApp:

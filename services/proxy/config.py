@@ -28,7 +28,8 @@ class ProxySettings(ServiceSettings):
     trials_dir: Path = Path("data/trials")
     """Trajectory files go to <trials-dir>/<run>/<trial>/litellm-trajectory.<writer-id>.jsonl."""
     writer_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    """Names this process's trajectory files; unset = <hostname>-<pid>, unique per process and pod."""
+    """Names this process's trajectory files; unset = <hostname>-<pid>, unique per process and pod
+    (with several workers each appends its pid)."""
     workers: int = Field(default=1, ge=1, le=64)
     """Proxy processes sharing the port (LiteLLM's per-call CPU work uses one core per process)."""
     master_key: SecretStr | None = None
