@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, HttpUrl, SecretStr, model_validator
+from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.settings import ServiceSettings
@@ -13,6 +13,45 @@ from rlstack.trainer.loss_config import GRPOLossConfig
 from rlstack.trainer.sync.verify import Tolerance
 
 SyncMode = Literal["filesystem", "broadcast", "lora", "ipc", "none"]
+
+
+class FilesystemSync(BaseModel):
+    """Safetensors written to a shared directory; replicas reload them in place."""
+
+    mode: Literal["filesystem"] = "filesystem"
+    weights_dir: Path
+
+
+class BroadcastSync(BaseModel):
+    """Tensors streamed over a gloo (CPU) or NCCL (GPU) group the replicas join; no disk."""
+
+    mode: Literal["broadcast"] = "broadcast"
+    host: str
+
+
+class LoraSync(BaseModel):
+    """Only a peft adapter is written; replicas load it as a new named adapter."""
+
+    mode: Literal["lora"] = "lora"
+    weights_dir: Path
+    rank: int
+
+
+class IpcSync(BaseModel):
+    """CUDA IPC handles to the trainer's own GPU tensors (trainer and replica on one GPU)."""
+
+    mode: Literal["ipc"] = "ipc"
+
+
+class NoSync(BaseModel):
+    """Train without publishing (benchmarks, offline runs)."""
+
+    mode: Literal["none"] = "none"
+
+
+SyncSpec = Annotated[FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSync, Field(discriminator="mode")]
+"""How new weights reach the replicas, as one typed value: each mode carries only its own fields."""
+_SYNC_SPEC: TypeAdapter[FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSync] = TypeAdapter(SyncSpec)
 
 
 class TrainerSettings(ServiceSettings):
@@ -102,4 +141,13 @@ class TrainerSettings(ServiceSettings):
             raise ValueError("sync_mode=lora trains an adapter: set lora_rank")
         if self.sync_mode in ("filesystem", "broadcast", "ipc") and self.lora_rank is not None:
             raise ValueError(f"sync_mode={self.sync_mode} publishes full weights; with lora_rank use sync_mode=lora")
+        # broadcast_host and weights_dir are placement the chart sets for every mode: not refused elsewhere.
         return self
+
+    @property
+    def sync(self) -> FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSync:
+        """The sync mode and its own settings, validated as a discriminated union."""
+        weights_dir = self.weights_dir or self.run_dir / "weights"
+        fields = {"filesystem": {"weights_dir": weights_dir}, "broadcast": {"host": self.broadcast_host},
+                  "lora": {"weights_dir": weights_dir, "rank": self.lora_rank}}.get(self.sync_mode, {})
+        return _SYNC_SPEC.validate_python({"mode": self.sync_mode, **fields})

@@ -21,10 +21,10 @@ import httpx
 import torch
 from pydantic import BaseModel
 
-from rlstack.common.auth import bearer
-from rlstack.common.http import request_with_retries
+from rlstack.common.batcher_client import BatcherClient
+from rlstack.common.contracts.atropos import TrainerRegistration
 from rlstack.trainer import checkpoint
-from rlstack.trainer.config import TrainerSettings
+from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
 from rlstack.trainer.engine import Engine, ShardedPolicy, load_policy  # noqa: F401 - load_policy: imported from here by tests
 from rlstack.trainer.metrics import TrainerMetrics
 from rlstack.trainer.report import (
@@ -81,22 +81,24 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
 
 
 def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPublisher:  # noqa: ANN001 - a RegistryClient
-    weights_dir = settings.weights_dir or settings.run_dir / "weights"
-    if settings.sync_mode == "broadcast":
+    sync = settings.sync
+    if isinstance(sync, BroadcastSync):
         from rlstack.trainer.sync.broadcast import BroadcastPublisher
 
-        return BroadcastPublisher(registry, settings.served_model, trainer_host=settings.broadcast_host, replica_api_key=key)
-    if settings.sync_mode == "ipc":
+        return BroadcastPublisher(registry, settings.served_model, trainer_host=sync.host, replica_api_key=key)
+    if isinstance(sync, IpcSync):
         from rlstack.trainer.sync.ipc import IpcPublisher
 
         return IpcPublisher(registry, settings.served_model, replica_api_key=key)
-    if settings.sync_mode == "lora":
+    if isinstance(sync, LoraSync):
         from rlstack.trainer.sync.lora import LoraPublisher
 
-        return LoraPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
-    from rlstack.trainer.sync.filesystem import FilesystemPublisher
+        return LoraPublisher(sync.weights_dir, registry, settings.served_model, replica_api_key=key)
+    if isinstance(sync, FilesystemSync):
+        from rlstack.trainer.sync.filesystem import FilesystemPublisher
 
-    return FilesystemPublisher(weights_dir, registry, settings.served_model, replica_api_key=key)
+        return FilesystemPublisher(sync.weights_dir, registry, settings.served_model, replica_api_key=key)
+    raise ValueError(f"sync_mode={sync.mode} publishes nothing")
 
 
 class TrainingLoop:
@@ -114,8 +116,8 @@ class TrainingLoop:
         self.step = 0
         self.weight_version = 0
         self.started = time.monotonic()
-        headers = bearer(settings.batcher_token)
-        self.batcher = httpx.AsyncClient(base_url=str(settings.batcher_url).rstrip("/"), headers=headers, timeout=60)
+        token = settings.batcher_token.get_secret_value() if settings.batcher_token else None
+        self.batcher = BatcherClient(str(settings.batcher_url), token, timeout=60)
         self.publisher = build_publisher(settings)
         self.tracker: WandbTracker | None = None
         self.recent_rewards: deque[float] = deque(maxlen=10)
@@ -141,10 +143,9 @@ class TrainingLoop:
             log.info("resumed from %s at step %d", resume, self.step)
 
     async def _register(self) -> None:
-        body = {"batch_size": self.s.batch_size, "max_token_len": self.s.max_token_len, "checkpoint_dir": str(self.checkpoints),
-                "save_checkpoint_interval": self.s.checkpoint_every, "starting_step": self.step, "num_steps": self.s.steps,
-                "wandb_group": "", "wandb_project": ""}
-        (await request_with_retries(self.batcher, "POST", "/register", json=body, attempts=30, max_delay=2)).raise_for_status()
+        await self.batcher.register_trainer(TrainerRegistration(
+            batch_size=self.s.batch_size, max_token_len=self.s.max_token_len, checkpoint_dir=str(self.checkpoints),
+            save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps))
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------
@@ -186,11 +187,11 @@ class TrainingLoop:
     async def _next_batch(self) -> tuple[list[dict], float]:
         start = time.monotonic()
         while True:
-            reply = (await request_with_retries(self.batcher, "GET", "/batch", attempts=10, max_delay=2)).json()
-            if reply.get("batch"):
+            batch = await self.batcher.batch()
+            if batch:
                 waited = time.monotonic() - start
                 self.metrics.batch_wait_seconds.inc(waited)
-                return reply["batch"], waited
+                return batch, waited
             await asyncio.sleep(0.05)
 
     async def _publish(self) -> float | None:

@@ -16,3 +16,13 @@ def test_loss_settings_nest_from_flags_and_env(monkeypatch):
     monkeypatch.setenv("RLSTACK_TRAINER_LOSS__KL_COEF", "0.05")
     settings = TrainerSettings.from_cli(["--loss.clip-high", "0.3", "--sync-mode", "none"])
     assert settings.loss.clip_high == 0.3 and settings.loss.kl_coef == 0.05
+
+
+def test_sync_mode_is_a_typed_union(tmp_path):
+    from rlstack.trainer.config import BroadcastSync, FilesystemSync, LoraSync, NoSync
+
+    assert TrainerSettings(run_dir=tmp_path).sync == FilesystemSync(weights_dir=tmp_path / "weights")
+    assert TrainerSettings(sync_mode="broadcast", broadcast_host="10.0.0.7").sync == BroadcastSync(host="10.0.0.7")
+    lora = TrainerSettings(sync_mode="lora", lora_rank=8, weights_dir=tmp_path / "w").sync
+    assert lora == LoraSync(weights_dir=tmp_path / "w", rank=8)
+    assert TrainerSettings(sync_mode="none").sync == NoSync()
