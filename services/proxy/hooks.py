@@ -101,7 +101,7 @@ class RLStackHooks(CustomLogger):
         record = TrajectoryRecord(
             run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
             started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
-            requested_model=ctx.requested_model, served_model=body.get("model") or self.view.served_model,
+            requested_model=ctx.requested_model, served_model=_upstream_model(kwargs) or body.get("model") or self.view.served_model,
             replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
             weight_version=replica.weight_version if replica else None, request=ctx.request,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),
@@ -137,3 +137,11 @@ def _is_connection_error(error: Any) -> bool:
     """Only a refused connection says the replica is gone; timeouts and resets may be load."""
     text = f"{type(error).__name__} {error}".lower()
     return any(s in text for s in ("connection refused", "cannot connect to host", "connect call failed", "connecterror"))
+
+
+def _upstream_model(kwargs: dict) -> str | None:
+    """The model vLLM was asked for after routing (``hosted_vllm/<name>``): with lora sync, the adapter
+    that produced the tokens, where the response only repeats the group name the client asked for."""
+    params = kwargs.get("litellm_params") or {}
+    model = params.get("model") or kwargs.get("model")
+    return str(model).removeprefix("hosted_vllm/") if model else None
