@@ -67,15 +67,18 @@ class ServiceSettings(BaseSettings):
         return sources
 
     @classmethod
-    def from_cli(cls, argv: Sequence[str] | None = None) -> Self:
-        """Resolve defaults, the config file, env vars and flags (flags win)."""
+    def from_cli(cls, argv: Sequence[str] | None = None, exit_on_error: bool = True) -> Self:
+        """Resolve defaults, the config file, env vars and flags (flags win).
+
+        ``exit_on_error=False``: an unknown flag raises ``SettingsError`` instead of exiting (``rlstack dryrun``).
+        """
         args = list(sys.argv[1:] if argv is None else argv)
         path = cls._config_file(args)
         if path is not None and not path.is_file():
             raise SystemExit(f"--config: {path} is not a file")
         token = _CONFIG_FILE.set(path)
         try:
-            return cls(_cli_parse_args=args)
+            return cls(_cli_parse_args=args, _cli_exit_on_error=exit_on_error)
         finally:
             _CONFIG_FILE.reset(token)
 

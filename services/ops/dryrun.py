@@ -9,12 +9,18 @@ the replicas' ``--max-lora-rank``, and ports and service addresses that resolve.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import string
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import SettingsError
 
 GIB = 1024**3
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -58,28 +64,58 @@ class Finding(BaseModel):
     detail: str
 
 
-def _flags(args: list[str]) -> dict[str, str]:
-    out, i = {}, 0
-    while i < len(args):
-        if args[i].startswith("--"):
-            nxt = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "true"
-            out[args[i][2:]] = nxt
-            i += 2 if nxt != "true" else 1
-        else:
-            i += 1
+SETTINGS = {
+    "rlstack.registry": "rlstack.registry.config:RegistrySettings", "rlstack.batcher": "rlstack.batcher.config:BatcherSettings",
+    "rlstack.inference": "rlstack.inference.config:InferenceSettings", "rlstack.proxy": "rlstack.proxy.config:ProxySettings",
+    "rlstack.trainer": "rlstack.trainer.config:TrainerSettings", "rlstack.envs": "rlstack.envs.config:EnvSettings",
+}
+"""Each service's own settings model: dryrun resolves flags and env exactly as the service will."""
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def resolve_settings(module: str, args: list[str], env: dict[str, str]) -> Any:  # noqa: ANN401 - a ServiceSettings
+    """The settings ``python -m <module> <args>`` would start with under ``env`` (raises ValidationError)."""
+    target, _, name = SETTINGS[module].partition(":")
+    cls = getattr(importlib.import_module(target), name)
+    with _environment(env):
+        return cls.from_cli(args, exit_on_error=False)
+
+
+def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401 - a TrainerSettings
+    """The trainer's memory-relevant settings."""
+    tokens = settings.pack_tokens or settings.micro_batch_size * settings.max_token_len
+    return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=settings.activation_checkpointing,
+                        cpu_offload=settings.cpu_offload, logprob_chunk=settings.logprob_chunk,
+                        lora_base_bytes=4 if settings.lora_base_dtype == "float32" else 2)
+
+
+def _addresses(services: list[Any]) -> dict[str, Any]:  # noqa: ANN401 - ServiceSpecs
+    """Stand-ins for the launcher's service addresses: dryrun checks values, not which port is free."""
+    out: dict[str, Any] = {"run_dir": "runs/dryrun"}
+    for n, spec in enumerate(services):
+        port = spec.port or 20000 + n
+        extra = {name: 21000 + 10 * n + i for i, name in enumerate(spec.extra_ports)}
+        out[spec.name] = SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **extra)
     return out
 
 
-def trainer_shape(setting: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401 - setting: name -> str | None
-    """The trainer's memory-relevant settings; ``setting`` looks one up by its flag name (with dashes)."""
-    def flag(name: str) -> bool:
-        return str(setting(name) or "false").lower() in ("1", "true", "yes")
-
-    pack = setting("pack-tokens")
-    tokens = int(pack) if pack else int(setting("micro-batch-size") or 32) * int(setting("max-token-len") or 2048)
-    return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=flag("activation-checkpointing"),
-                        cpu_offload=flag("cpu-offload"), logprob_chunk=int(setting("logprob-chunk") or 4096),
-                        lora_base_bytes=4 if setting("lora-base-dtype") == "float32" else 2)
+def _problems(exc: ValidationError | SettingsError) -> str:
+    if isinstance(exc, SettingsError):
+        return str(exc)
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
 
 
 def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
@@ -100,17 +136,27 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
     fixed = [s.port for s in config.services if s.port]
     if len(fixed) != len(set(fixed)):
         findings.append(Finding(check="addresses", ok=False, detail=f"two services share a fixed port: {sorted(fixed)}"))
-    inference = next((_flags(s.args) for s in config.services if s.module == "rlstack.inference"), {})
-    trainer = next((_flags(s.args) for s in config.services if s.module == "rlstack.trainer"), {})
-    plan = Plan(source=str(path), model=trainer.get("model") or inference.get("model") or "models/tiny",
-                device=inference.get("device", "cpu"), tensor_parallel_size=int(inference.get("tensor-parallel-size", 1)),
-                sync_mode=trainer.get("sync-mode", "filesystem"),
-                lora_rank=int(trainer["lora-rank"]) if "lora-rank" in trainer else None,
-                max_lora_rank=int(inference.get("max-lora-rank", 16)), shared_gpu=True,
-                ports={s.name: s.port for s in config.services if s.port}, trainer=trainer_shape(trainer.get))
-    if inference.get("model") and trainer.get("model") and inference["model"] != trainer["model"]:
-        findings.append(Finding(check="model", ok=False,
-                                detail=f"replica serves {inference['model']} but the trainer trains {trainer['model']}"))
+    resolved: dict[str, Any] = {}
+    if not findings:
+        addresses = _addresses(config.services)
+        for spec in config.services:
+            if spec.module not in SETTINGS:
+                continue
+            try:
+                resolved[spec.module] = resolve_settings(spec.module, [a.format(**addresses) for a in spec.args],
+                                                         {k: v.format(**addresses) for k, v in spec.env.items()})
+            except (ValidationError, SettingsError) as exc:
+                findings.append(Finding(check="settings", ok=False, detail=f"{spec.name}: {_problems(exc)}"))
+        if not any(f.check == "settings" for f in findings):
+            findings.append(Finding(check="settings", ok=True, detail=f"{len(resolved)} service(s) resolve through their settings models"))
+    inference, trainer = resolved.get("rlstack.inference"), resolved.get("rlstack.trainer")
+    plan = Plan(source=str(path), model=(trainer.model if trainer else None) or (inference.model if inference else None) or "models/tiny",
+                device=inference.device if inference else "cpu", tensor_parallel_size=inference.tensor_parallel_size if inference else 1,
+                sync_mode=trainer.sync_mode if trainer else "filesystem", lora_rank=trainer.lora_rank if trainer else None,
+                max_lora_rank=inference.max_lora_rank if inference else 16, shared_gpu=True,
+                ports={s.name: s.port for s in config.services if s.port}, trainer=trainer_shape(trainer) if trainer else TrainerShape())
+    if inference and trainer and inference.model != trainer.model:
+        findings.append(Finding(check="model", ok=False, detail=f"replica serves {inference.model} but the trainer trains {trainer.model}"))
     return plan, findings
 
 
@@ -123,15 +169,20 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
     for e in data.get("envs", []):
         ports[f"env-{e['name']}"] = e.get("port")
     ports = {k: int(v) for k, v in ports.items() if v is not None}
+    findings = []
+    try:
+        trainer_settings = resolve_settings("rlstack.trainer", [], {k: str(v) for k, v in env.items()})
+    except ValidationError as exc:
+        findings.append(Finding(check="settings", ok=False, detail=f"trainer.env: {_problems(exc)}"))
+        trainer_settings = resolve_settings("rlstack.trainer", [], {})
     plan = Plan(source=str(path), model=model_dir or data.get("model", {}).get("path", ""),
                 device=inference.get("device", "cuda"), tensor_parallel_size=int(inference.get("tensorParallelSize", 1)),
                 sync_mode=env.get("RLSTACK_TRAINER_SYNC_MODE", "filesystem"),
                 lora_rank=int(env["RLSTACK_TRAINER_LORA_RANK"]) if "RLSTACK_TRAINER_LORA_RANK" in env else None,
                 max_lora_rank=int(inference.get("env", {}).get("RLSTACK_INFERENCE_MAX_LORA_RANK", 16)),
                 gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports,
-                trainer=trainer_shape(lambda name: env.get("RLSTACK_TRAINER_" + name.upper().replace("-", "_")),
+                trainer=trainer_shape(trainer_settings,
                                       gpus=int(trainer.get("gpus", 1) or 1) * int(trainer.get("nodes", 1) or 1)))
-    findings = []
     # Services each have their own pod IP, but the replica's two ports share one pod.
     if ports.get("inference") is not None and ports.get("inference") == ports.get("vllm"):
         findings.append(Finding(check="addresses", ok=False, detail=f"sidecar and vLLM both on port {ports['vllm']}"))

@@ -44,6 +44,15 @@ def test_bad_run_configs_are_caught(tiny_model, tmp_path, inference_args, traine
     assert check in failed(run_dryrun(path)[1])
 
 
+def test_each_service_resolves_through_its_own_settings_model(tiny_model, tmp_path):
+    """A typo in a flag or an impossible value is named before anything starts, as the service would name it."""
+    findings = run_dryrun(example_with(tmp_path, tiny_model, trainer_args=["--stepz", "3"]))[1]
+    bad = next(f for f in findings if f.check == "settings")
+    assert not bad.ok and "trainer" in bad.detail and "stepz" in bad.detail
+    findings = run_dryrun(example_with(tmp_path, tiny_model, inference_args=["--max-lora-rank", "0"]))[1]
+    assert "max_lora_rank" in next(f for f in findings if f.check == "settings").detail
+
+
 def test_unknown_addresses_and_models_are_caught(tiny_model, tmp_path):
     path = example_with(tmp_path, tiny_model)
     path.write_text(path.read_text().replace("{batcher.url}", "{batcherr.url}", 1))
