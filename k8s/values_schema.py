@@ -142,6 +142,8 @@ def schema() -> J:
             "trainer": component({
                 "workload": enum("Job", "Deployment", desc="Job frees the GPU when the run ends"),
                 "backoffLimit": i(0), "gpus": i(0),
+                "nodes": i(1, desc="trainer pods, one per node; more than 1: an Indexed Job (workload Job, RWX storage)"),
+                "shmSize": QUANTITY,
                 "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
             }),
             "envs": {"type": "array", "minItems": 0, "items": component({

@@ -29,6 +29,7 @@ def test_committed_schema_is_what_the_generator_writes():
     ("batcher.replicas=2", "/batcher/replicas"),
     ("registry.replicas=3", "/registry/replicas"),
     ("trainer.workload=StatefulSet", "/trainer/workload"),
+    ("trainer.nodes=0", "/trainer/nodes"),
     ("model.source.type=s3", "/model/source/type"),
     ("model.path=models/policy", "/model/path"),
     ("sharedStorage.accessMode=ReadOnlyMany", "/sharedStorage/accessMode"),

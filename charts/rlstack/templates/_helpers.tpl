@@ -81,6 +81,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if eq $v.device "cuda" }}{{ mul $v.tensorParallelSize $v.pipelineParallelSize }}{{ else }}0{{ end -}}
 {{- end -}}
 
+{{/* The port of the trainer's static rendezvous on index 0's pod (torchrun's own default). */}}
+{{- define "rlstack.trainerRendezvousPort" -}}29500{{- end -}}
+
 {{/* Seconds the startupProbe allows before liveness applies: also the replica's own load timeout. */}}
 {{- define "rlstack.inferenceStartupSeconds" -}}
 {{- mul .Values.inference.startupProbe.periodSeconds .Values.inference.startupProbe.failureThreshold -}}
@@ -112,6 +115,16 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- $sync := get (default dict $v.trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
 {{- if and (eq $sync "ipc") (gt (int $v.inference.replicas) 0) -}}
 {{- fail "RLSTACK_TRAINER_SYNC_MODE=ipc needs the trainer and the replica in one pod (one shared GPU); the chart runs them as separate pods: use filesystem, lora or broadcast" -}}
+{{- end -}}
+{{- $nodes := int (default 1 $v.trainer.nodes) -}}
+{{- if and (gt $nodes 1) (ne $v.trainer.workload "Job") -}}
+{{- fail "trainer.nodes > 1 runs the trainer as an Indexed Job: set trainer.workload=Job" -}}
+{{- end -}}
+{{- if and (gt $nodes 1) (not $v.sharedStorage.existingClaim) (ne $v.sharedStorage.accessMode "ReadWriteMany") -}}
+{{- fail "trainer.nodes > 1 puts trainer pods on several nodes that all write checkpoints and weights: sharedStorage.accessMode must be ReadWriteMany" -}}
+{{- end -}}
+{{- if and (has $sync (list "broadcast" "ipc")) (gt (mul (max 1 (int $v.trainer.gpus)) $nodes) 1) -}}
+{{- fail (printf "RLSTACK_TRAINER_SYNC_MODE=%s sends the whole model from one process; with trainer.gpus x trainer.nodes > 1 the trainer refuses it: use filesystem or lora" $sync) -}}
 {{- end -}}
 {{- if and $v.inference.autoscaling.enabled (lt (int $v.inference.autoscaling.maxReplicas) (int $v.inference.autoscaling.minReplicas)) -}}
 {{- fail "inference.autoscaling.maxReplicas must be >= minReplicas" -}}

@@ -6,7 +6,10 @@ volumes and mounts are the union of both. Parameters (a dict):
   root, component, module, image (a key of .Values.images), spec (the component's values),
   env (rendered YAML list), extraPorts (list of {name, port}), serviceAccountName, gpus,
   initContainers (rendered YAML list), volumes / volumeMounts (rendered YAML lists),
-  restartPolicy, probes (false: none, for run-to-completion pods).
+  restartPolicy, probes (false: none, for run-to-completion pods), command (a list replacing
+  `python3 -m <module>`), subdomain (a headless Service's name: stable pod DNS names), and
+  indexedProbes (seconds of startup window: only the Indexed Job pod of index 0 serves the port;
+  the others' probes pass).
 */}}
 {{- define "rlstack.podTemplate" -}}
 {{- $root := .root -}}
@@ -31,6 +34,9 @@ spec:
   {{- end }}
   {{- with .serviceAccountName }}
   serviceAccountName: {{ . }}
+  {{- end }}
+  {{- with .subdomain }}
+  subdomain: {{ . }}
   {{- end }}
   automountServiceAccountToken: {{ if .serviceAccountName }}true{{ else }}false{{ end }}
   {{- with $root.Values.imagePullSecrets }}
@@ -70,7 +76,11 @@ spec:
     - name: {{ .component }}
       image: {{ include "rlstack.image" (dict "root" $root "image" .image) }}
       imagePullPolicy: {{ (index $root.Values.images .image).pullPolicy }}
+      {{- if .command }}
+      command: {{ toJson .command }}
+      {{- else }}
       command: ["python3", "-m", {{ .module | quote }}]
+      {{- end }}
       ports:
         - name: http
           containerPort: {{ $spec.port }}
@@ -91,7 +101,27 @@ spec:
         {{- with concat $d.extraEnv (default list $spec.extraEnv) }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- if ne .probes false }}
+      {{- if .indexedProbes }}
+      {{- /* One pod template for every index, and only index 0 serves HTTP: an exec probe that
+             passes on the other indexes and asks the port on index 0. Index 0 serves only once
+             every pod has joined the rendezvous (a pod may wait for a node): the startup window
+             matches the rendezvous timeout the trainer sets. */}}
+      {{- $ask := printf "[ \"${JOB_COMPLETION_INDEX:-0}\" != 0 ] || exec python3 -c 'import sys, urllib.request; urllib.request.urlopen(\"http://127.0.0.1:%v\" + sys.argv[1], timeout=4)' \"$0\"" $spec.port }}
+      startupProbe:
+        exec: {command: {{ toJson (list "sh" "-c" $ask "/healthz") }}}
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: {{ div .indexedProbes 10 }}
+      livenessProbe:
+        exec: {command: {{ toJson (list "sh" "-c" $ask "/healthz") }}}
+        periodSeconds: 10
+        timeoutSeconds: 5
+        failureThreshold: 6
+      readinessProbe:
+        exec: {command: {{ toJson (list "sh" "-c" $ask "/readyz") }}}
+        periodSeconds: 5
+        timeoutSeconds: 5
+      {{- else if ne .probes false }}
       {{- with $spec.startupProbe }}
       startupProbe:
         httpGet: {path: /readyz, port: http}
@@ -162,7 +192,7 @@ With model.source.type=none it waits for config.json, i.e. for whoever copies th
       readOnly: true
 {{- end -}}
 
-{{/* A Deployment's Service: the `http` port and any extra ones. */}}
+{{/* A Deployment's Service: the `http` port and any extra ones; selector adds labels to the component's. */}}
 {{- define "rlstack.serviceObject" -}}
 {{- $ctx := dict "root" .root "component" .component -}}
 apiVersion: v1
@@ -175,6 +205,9 @@ spec:
   type: ClusterIP
   selector:
     {{- include "rlstack.selectorLabels" $ctx | nindent 4 }}
+    {{- with .selector }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   ports:
     - name: http
       port: {{ .spec.port }}
