@@ -148,6 +148,8 @@ def schema() -> J:
             }),
             "envs": {"type": "array", "minItems": 0, "items": component({
                 "name": s(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", maxLength=40), "replicas": i(0),
+                "autoscaling": obj({**autoscale_common, "targetQueueSequences": i(1), "sequencesPerPod": i(1),
+                                    "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)})}),
             }, ["name"])},
             "sandboxes": obj({
                 "image": enum("trainer", "proxy", "vllm"),

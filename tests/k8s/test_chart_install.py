@@ -12,6 +12,7 @@ import sys
 
 import yaml
 
+from tests.conftest import REPO
 from tests.k8s.conftest import CHART, VALUES, by_kind, helm, render
 from tests.k8s.test_chart import workloads
 
@@ -250,6 +251,38 @@ def test_autoscalers_target_the_deployments_and_leave_replicas_to_them():
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "vllm_num_requests_waiting"
     no_prometheus = helm("template", "rl", str(CHART), "--set", "inference.autoscaling.enabled=true")
     assert no_prometheus.returncode != 0 and "serverAddress" in no_prometheus.stderr
+
+
+ENV_AUTOSCALED = """
+envs:
+  - name: arith
+    port: 8300
+    env: {RLSTACK_ENV_TASK: arithmetic}
+    autoscaling:
+      enabled: true
+      minReplicas: 1
+      maxReplicas: 4
+      targetQueueSequences: 128
+      sequencesPerPod: 32
+      keda: {serverAddress: "http://prom:9090", pollingInterval: 30, cooldownPeriod: 300}
+"""
+
+
+def test_env_servers_scale_on_the_batcher_queue_shortfall(tmp_path):
+    values = tmp_path / "envs.yaml"
+    values.write_text(ENV_AUTOSCALED)
+    objs = objects("-f", str(values))
+    [scaled] = by_kind(objs, "ScaledObject")
+    env = next(d for d in by_kind(objs, "Deployment") if d["metadata"]["name"] == "rl-rlstack-env-arith")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "rl-rlstack-env-arith" and "replicas" not in env["spec"]
+    trigger = scaled["spec"]["triggers"][0]["metadata"]
+    assert trigger["query"] == 'clamp_min(128 - sum(rlstack_batcher_queue_sequences{namespace="rl"}), 0)'
+    assert trigger["threshold"] == "32"
+    exported = "".join(p.read_text() for p in (REPO / "services" / "batcher").glob("*.py"))
+    assert '"queue_sequences"' in exported  # the batcher exports rlstack_batcher_queue_sequences (prefix + name)
+    values.write_text(ENV_AUTOSCALED.replace('"http://prom:9090"', '""'))
+    missing = helm("template", "rl", str(CHART), "-f", str(values))
+    assert missing.returncode != 0 and "envs[arith].autoscaling.keda.serverAddress" in missing.stderr
 
 
 def test_autoscaler_objects_validate_strictly(tmp_manifest):
