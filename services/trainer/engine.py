@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,8 @@ class Engine:
         self.policy: PolicyLogprobs | None = None
         """The module the step runs (FSDP2-sharded under torchrun)."""
         self.optimizer: torch.optim.Optimizer | None = None
+        self.consumer: Callable[[str, dict[str, torch.Tensor]], None] | None = None
+        """Rank 0's receiver of gathered layers during ``stream`` (the broadcast publisher's)."""
         self._lock = threading.Lock()
 
     # -- rank 0 drives, every other rank follows --------------------------------------------
@@ -88,9 +91,9 @@ class Engine:
     # -- operations ---------------------------------------------------------------------------
     def load(self, resume: Path | None) -> None:
         ctx, s = self.ctx, self.s
-        if ctx.launched and s.sync_mode in ("broadcast", "ipc") and ctx.world_size > 1:
-            raise ValueError(f"sync_mode={s.sync_mode} does not stream sharded weights yet: use filesystem or lora "
-                             "with more than one torchrun process")
+        if ctx.launched and s.sync_mode == "ipc" and ctx.world_size > 1:
+            raise ValueError("sync_mode=ipc shares one GPU's tensors with the replica on that GPU; a policy sharded over "
+                             "several ranks syncs with filesystem, broadcast or lora")
         model = load_policy(s, resume, base_dtype(s, ctx.device))
         if s.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -122,6 +125,24 @@ class Engine:
 
         save_gathered(self.model, path, self.ctx)
 
+    def stream(self) -> None:
+        """Every rank gathers one layer at a time; rank 0 hands each to ``consumer`` and drops it.
+
+        A consumer error must not stop rank 0 early (the other ranks would wait in the next
+        all-gather forever): it is kept, the gathering finishes, then it is raised.
+        """
+        from rlstack.trainer.sync.gather import gathered
+
+        error: BaseException | None = None
+        for unit, tensors in gathered(self.model):
+            if self.ctx.is_main and self.consumer is not None and error is None:
+                try:
+                    self.consumer(unit, tensors)
+                except Exception as exc:  # noqa: BLE001 - re-raised once every rank is done
+                    error = exc
+        if error is not None:
+            raise error
+
     def probe(self, tokens: list[int]) -> list[float]:
         """log p(token t+1 | tokens <= t) in float32 (the served-weights check), computed by every rank."""
         device = self.ctx.device
@@ -149,6 +170,19 @@ class ShardedPolicy:
 
     def probe_logprobs(self, tokens: list[int]) -> list[float]:
         return self.engine.call("probe", tokens)
+
+    def weight_layout(self) -> list[tuple[str, torch.dtype, list[int]]]:
+        from rlstack.trainer.sync.gather import layout
+
+        return layout(self.engine.model)
+
+    def stream_weights(self, consume: Callable[[str, dict[str, torch.Tensor]], None]) -> None:
+        """Full weights layer by layer into ``consume`` on this rank, every rank gathering with it."""
+        self.engine.consumer = consume
+        try:
+            self.engine.call("stream")
+        finally:
+            self.engine.consumer = None
 
 
 def follow(settings: TrainerSettings) -> None:

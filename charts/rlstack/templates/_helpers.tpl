@@ -123,9 +123,6 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if and (gt $nodes 1) (not $v.sharedStorage.existingClaim) (ne $v.sharedStorage.accessMode "ReadWriteMany") -}}
 {{- fail "trainer.nodes > 1 puts trainer pods on several nodes that all write checkpoints and weights: sharedStorage.accessMode must be ReadWriteMany" -}}
 {{- end -}}
-{{- if and (has $sync (list "broadcast" "ipc")) (gt (mul (max 1 (int $v.trainer.gpus)) $nodes) 1) -}}
-{{- fail (printf "RLSTACK_TRAINER_SYNC_MODE=%s sends the whole model from one process; with trainer.gpus x trainer.nodes > 1 the trainer refuses it: use filesystem or lora" $sync) -}}
-{{- end -}}
 {{- if and $v.inference.autoscaling.enabled (lt (int $v.inference.autoscaling.maxReplicas) (int $v.inference.autoscaling.minReplicas)) -}}
 {{- fail "inference.autoscaling.maxReplicas must be >= minReplicas" -}}
 {{- end -}}

@@ -4,7 +4,8 @@ Every rank calls ``gathered`` in the same order (each ``full_tensor`` is an all-
 gets one layer's full tensors, writes or sends them, and drops them before the next layer, so
 no rank ever holds the whole model. ``save_gathered`` writes a Hugging Face directory (one
 safetensors file per layer plus the index), which the ``filesystem`` and ``lora`` modes hand to
-the replicas exactly as a ``save_pretrained`` directory. A plain process just calls
+the replicas exactly as a ``save_pretrained`` directory; ``broadcast`` sends each layer's tensors
+as they come (``layout`` tells the replicas what to expect first). A plain process just calls
 ``save_pretrained``.
 """
 
@@ -29,12 +30,8 @@ def _unit(name: str) -> str:
     return f"layer-{int(found.group(1)):05d}" if found else "rest"
 
 
-def gathered(model: torch.nn.Module, trainable_only: bool = False) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
-    """``(unit, {name: full CPU tensor})`` per decoder layer, then the rest (embeddings, norm, head).
-
-    Call on every rank; only rank 0's tensors are meant to be used. A tied head is not listed
-    (it is the embedding), as ``save_pretrained`` does.
-    """
+def _units(model: torch.nn.Module, trainable_only: bool) -> dict[str, list[tuple[str, Any]]]:
+    """State-dict entries grouped by decoder layer, in the order they are gathered and sent."""
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     wanted = {n for n, p in model.named_parameters() if p.requires_grad} if trainable_only else None
     units: dict[str, list[tuple[str, Any]]] = {}
@@ -42,9 +39,24 @@ def gathered(model: torch.nn.Module, trainable_only: bool = False) -> Iterator[t
         if (tied and name.endswith("lm_head.weight")) or (wanted is not None and name not in wanted):
             continue
         units.setdefault(_unit(name), []).append((name, tensor))
-    for unit in sorted(units):
+    return dict(sorted(units.items()))
+
+
+def layout(model: torch.nn.Module) -> list[tuple[str, torch.dtype, list[int]]]:
+    """Name, dtype and full shape of every tensor ``gathered`` yields, in that order; no communication
+    (a DTensor knows its global shape), so a receiver can be told before the first byte is sent."""
+    return [(name, t.dtype, list(t.shape)) for entries in _units(model, False).values() for name, t in entries]
+
+
+def gathered(model: torch.nn.Module, trainable_only: bool = False) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
+    """``(unit, {name: full CPU tensor})`` per decoder layer, then the rest (embeddings, norm, head).
+
+    Call on every rank; only rank 0's tensors are meant to be used. A tied head is not listed
+    (it is the embedding), as ``save_pretrained`` does.
+    """
+    for unit, entries in _units(model, trainable_only).items():
         full = {}
-        for name, tensor in units[unit]:
+        for name, tensor in entries:
             t = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
             full[name] = t.detach().to("cpu", copy=True).contiguous()
         yield unit, full
