@@ -91,9 +91,9 @@ class Engine:
     # -- operations ---------------------------------------------------------------------------
     def load(self, resume: Path | None) -> None:
         ctx, s = self.ctx, self.s
-        if ctx.launched and s.sync_mode == "ipc" and ctx.world_size > 1:
-            raise ValueError("sync_mode=ipc shares one GPU's tensors with the replica on that GPU; a policy sharded over "
-                             "several ranks syncs with filesystem, broadcast or lora")
+        if ctx.launched and s.sync_mode == "ipc":
+            raise ValueError("sync_mode=ipc hands one unsharded trainer's GPU tensors to the replica on that GPU; under "
+                             "torchrun the policy is sharded (DTensors): sync with filesystem, broadcast or lora")
         model = load_policy(s, resume, base_dtype(s, ctx.device))
         if s.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
