@@ -51,7 +51,7 @@ class BatcherClient:
         await self._call("POST", "/register", attempts=attempts, max_delay=2, json=registration.model_dump())
 
     async def register_env(self, registration: EnvRegistration) -> RegisterEnvResponse:
-        """The reply's ``status`` is "failure" (with a reason) while no trainer is registered."""
+        """A ``status`` other than "success" (e.g. "wait for trainer to start") means: try again later."""
         r = await self._call("POST", "/register-env", json=registration.model_dump(exclude_none=True))
         return RegisterEnvResponse.model_validate_json(r.content)
 
