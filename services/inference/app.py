@@ -64,21 +64,33 @@ class Replica:
         except (RuntimeError, TimeoutError) as exc:
             self.failed = str(exc)
             raise
-        while True:
-            if self.vllm.exited is not None:
-                self.failed = f"vLLM exited with {self.vllm.exited}"
-                await self.deregister()
-                raise RuntimeError(self.failed)
-            await self._refresh_weight_version()
-            if self.registry is not None:
-                try:
-                    await self.registry.put(self.settings.replica_id, self.registration())
-                    if not self.registered:
-                        log.info("registered %s as %s", self.settings.advertise_url, self.settings.replica_id)
-                    self.registered = True
-                except Exception as exc:  # the registry may restart; keep serving, retry next beat
-                    log.warning("heartbeat failed: %s", exc)
-            await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
+        refresh: asyncio.Task[None] | None = None
+        try:
+            while True:
+                if self.vllm.exited is not None:
+                    self.failed = f"vLLM exited with {self.vllm.exited}"
+                    await self.deregister()
+                    raise RuntimeError(self.failed)
+                # The version is read from vLLM's worker, which answers only between weight-update
+                # steps: a sync may keep it busy for longer than the registry's TTL. So the read
+                # runs beside the heartbeat, which always goes out with the last version known.
+                if refresh is None or refresh.done():
+                    refresh = asyncio.create_task(self._refresh_weight_version())
+                await self._heartbeat()
+                await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
+        finally:
+            if refresh is not None:
+                refresh.cancel()
+
+    async def _heartbeat(self) -> None:
+        if self.registry is not None:
+            try:
+                await self.registry.put(self.settings.replica_id, self.registration())
+                if not self.registered:
+                    log.info("registered %s as %s", self.settings.advertise_url, self.settings.replica_id)
+                self.registered = True
+            except Exception as exc:  # the registry may restart; keep serving, retry next beat
+                log.warning("heartbeat failed: %s", exc)
 
     async def _sleep_while_vllm_runs(self, seconds: float) -> None:
         """Wait one beat, but notice vLLM's exit within half a second: the proxy must stop routing to it."""

@@ -38,8 +38,8 @@ def runtime_paths() -> list[Path]:
 
 def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], command: Sequence[str],
                chdir: str, status_fd: int | None = None, expose: Sequence[Path] = ()) -> list[str]:
-    """``expose``: host paths shown read-only at the same place even under /tmp, before ``hide``
-    covers what must stay private inside them."""
+    """``expose``: host paths shown read-only at the same place even under /tmp (also over a bind
+    onto /tmp), before ``hide`` covers what must stay private inside them."""
     taken = {b.target.strip("/").split("/")[0] for b in binds} | _OWN
     argv = [bwrap]
     for name in sorted(os.listdir("/")):
@@ -51,14 +51,15 @@ def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], comma
         else:
             argv += ["--ro-bind", path, path]
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # Binds first: one may cover /tmp (a pod's emptyDir), and what is exposed must stay visible over it.
+    for bind in binds:
+        argv += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
     for path in expose:
         if path.is_absolute() and path.exists():
             argv += ["--ro-bind", str(path), str(path)]
     for path in hide:
         if path.is_absolute() and path != Path("/") and path.exists():
             argv += ["--tmpfs", str(path)]
-    for bind in binds:
-        argv += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
     argv += ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
              "--cap-drop", "ALL", "--chdir", chdir]
     if status_fd is not None:

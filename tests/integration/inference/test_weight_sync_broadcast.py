@@ -1,18 +1,27 @@
 """broadcast weight sync (vLLM weight-transfer engine, our gloo backend) into a live vLLM replica: after a real GRPO step and a publish, vLLM's
 logprobs equal the trainer's own (within CPU numerics) and differ from the old weights'.
 
+Then, into the same replica, a policy sharded over two torchrun ranks (FSDP2, gloo): the ranks
+gather one layer at a time and rank 0 streams each into the replica. Two real steps later every
+sync passed the served-weights check (the replica's logprobs equal the sharded trainer's) and
+the served weights moved off the base model.
+
 The replica serves under its own name so the shared proxy never routes to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import sys
 
 import httpx
 from transformers import AutoModelForCausalLM
 
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync.broadcast import BroadcastPublisher
+from tests.conftest import REPO, free_port, start_process
+from tests.helpers.groups import env_registration, make_group
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import start_replica
 from tests.integration.inference.logprob_probe import (
@@ -25,9 +34,10 @@ from tests.integration.inference.logprob_probe import (
 )
 
 SERVED = "policy-bcast"
+SHARDED_STEPS = 2
 
 
-def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, stack_logs, tmp_path):
+def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, stack_logs, service_factory, tmp_path):
     replica = start_replica(registry.url, tiny_model, stack_logs, "replica-bcast", served_model_name=SERVED)
     try:
         model = AutoModelForCausalLM.from_pretrained(tiny_model).float()
@@ -63,6 +73,39 @@ def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, 
             return httpx.get(f"{registry.url}/v1/endpoints/replica-bcast").json()["weight_version"]
 
         wait_until(lambda: registered_version() == 2, timeout=20)
+        sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path)
     finally:
         replica.sidecar.terminate(grace=60)
+
+
+def metric(text: str, name: str) -> float | None:
+    found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path) -> None:  # noqa: ANN001
+    base = trainer_logprobs(AutoModelForCausalLM.from_pretrained(tiny_model).float())
+    batcher = service_factory("batcher", ["--data-dir", str(tmp_path / "batcher")])
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "rlstack.trainer",
+           "--port", str(port), "--model", str(tiny_model), "--batcher-url", batcher.url, "--registry-url", registry.url,
+           "--served-model", SERVED, "--sync-mode", "broadcast", "--run-dir", str(tmp_path / "run"), "--steps", str(SHARDED_STEPS),
+           "--batch-size", "4", "--pack-tokens", "32", "--lr", "5e-3", "--torch-threads", "1"]
+    trainer = start_process("trainer", cmd, port, tmp_path / "trainer.log", cwd=REPO)
+    try:
+        trainer.wait_ready(timeout=300)
+        env = httpx.post(f"{batcher.url}/register-env", json=env_registration(group_size=4)).json()["env_id"]
+        for seed in range(SHARDED_STEPS):
+            group = make_group(size=4, length=12, env_id=env, seed=seed, prompt_len=4, vocab=4000)
+            group["scores"] = [1.0, 0.0, 0.5, 0.0]
+            httpx.post(f"{batcher.url}/scored_data", json=group, timeout=10).raise_for_status()
+        wait_until(lambda: metric(httpx.get(f"{trainer.url}/metrics").text, "rlstack_trainer_weight_version") == SHARDED_STEPS,
+                   timeout=300, interval=0.5)
+        metrics = httpx.get(f"{trainer.url}/metrics").text
+        assert metric(metrics, "rlstack_trainer_sync_replica_failures_total") == 0, trainer.log()
+        assert metric(metrics, "rlstack_trainer_sync_verify_failures_total") == 0
+        assert metric(metrics, "rlstack_trainer_sync_probe_gap") < TOLERANCE  # the replica serves the sharded trainer's weights
+        assert gap(vllm_logprobs(replica.vllm_url, SERVED), base) > 5 * TOLERANCE  # and they are not the base model's
+    finally:
+        trainer.terminate()  # torchrun's agent exits 1 on SIGTERM (it re-raises the signal): docs/trainer.md
 

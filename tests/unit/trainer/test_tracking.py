@@ -8,6 +8,7 @@ import pytest
 
 from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.report import EvalResult, StepRecord, summarize
+from tests.helpers.wait import wait_until
 from tests.helpers.wandb_log import history, read_records, summary
 
 
@@ -35,6 +36,8 @@ def test_steps_evals_and_summary_reach_an_offline_wandb_run_that_a_restart_resum
 
     run_files = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
     assert len(run_files) == 1
+    # wandb-core may still be writing the file when finish() returns: read it once the run's exit record is in.
+    wait_until(lambda: any(r.WhichOneof("record_type") == "exit" for r in read_records(run_files[0])), timeout=60)
     steps = history(run_files[0])
     assert [json.loads(h["_step"]) for h in steps] == [0, 1, 2, 3]
     assert steps[0]["eval/before_accuracy"] == "0.25"
