@@ -33,3 +33,14 @@ def trainer_registration(batch_size: int = 4, **overrides: Any) -> dict[str, Any
 
 def env_registration(group_size: int = 2, name: str = "arith", **overrides: Any) -> dict[str, Any]:
     return {"max_token_length": 2048, "desired_name": name, "weight": 1.0, "group_size": group_size, **overrides}
+
+
+def feed_trainer(batcher_url: str, steps: int, group_size: int = 4) -> None:
+    """Register an env and post one scored group of random tokens per trainer step (mixed rewards, so GRPO moves)."""
+    import httpx
+
+    env = httpx.post(f"{batcher_url}/register-env", json=env_registration(group_size=group_size)).json()["env_id"]
+    for seed in range(steps):
+        group = make_group(size=group_size, length=12, env_id=env, seed=seed, prompt_len=4, vocab=4000)
+        group["scores"] = [1.0, 0.0, 0.5, 0.0][:group_size]
+        httpx.post(f"{batcher_url}/scored_data", json=group, timeout=10).raise_for_status()

@@ -8,11 +8,10 @@ import json
 import sys
 import time
 
-import httpx
 import pytest
 
 from tests.conftest import REPO, free_port, start_process
-from tests.helpers.groups import env_registration, make_group
+from tests.helpers.groups import feed_trainer
 
 STEPS = 3
 pytestmark = pytest.mark.slow
@@ -28,11 +27,7 @@ def test_trainer_runs_its_steps_on_two_ranks(service_factory, tiny_model, tmp_pa
     trainer = start_process("trainer", cmd, port, tmp_path / "trainer.log", cwd=REPO)
     try:
         trainer.wait_ready(timeout=180)
-        env = httpx.post(f"{batcher.url}/register-env", json=env_registration(group_size=4)).json()["env_id"]
-        for seed in range(STEPS):
-            group = make_group(size=4, length=12, env_id=env, seed=seed, prompt_len=4, vocab=4000)
-            group["scores"] = [1.0, 0.0, 0.5, 0.0]
-            httpx.post(f"{batcher.url}/scored_data", json=group, timeout=10).raise_for_status()
+        feed_trainer(batcher.url, STEPS)
         deadline = time.monotonic() + 240
         while trainer.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)

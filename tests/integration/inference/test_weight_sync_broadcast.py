@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync.broadcast import BroadcastPublisher
 from tests.conftest import REPO, free_port, start_process
-from tests.helpers.groups import env_registration, make_group
+from tests.helpers.groups import feed_trainer
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import start_replica
 from tests.integration.inference.logprob_probe import (
@@ -94,11 +94,7 @@ def sharded_trainer_streams_into(replica, registry, tiny_model, service_factory,
     trainer = start_process("trainer", cmd, port, tmp_path / "trainer.log", cwd=REPO)
     try:
         trainer.wait_ready(timeout=300)
-        env = httpx.post(f"{batcher.url}/register-env", json=env_registration(group_size=4)).json()["env_id"]
-        for seed in range(SHARDED_STEPS):
-            group = make_group(size=4, length=12, env_id=env, seed=seed, prompt_len=4, vocab=4000)
-            group["scores"] = [1.0, 0.0, 0.5, 0.0]
-            httpx.post(f"{batcher.url}/scored_data", json=group, timeout=10).raise_for_status()
+        feed_trainer(batcher.url, SHARDED_STEPS)
         wait_until(lambda: metric(httpx.get(f"{trainer.url}/metrics").text, "rlstack_trainer_weight_version") == SHARDED_STEPS,
                    timeout=300, interval=0.5)
         metrics = httpx.get(f"{trainer.url}/metrics").text
