@@ -10,6 +10,7 @@ from rlstack.common.contracts.trajectory import TrajectoryRecord
 from rlstack.common.metrics import LATENCY_BUCKETS
 
 TRIAL_WINDOW_SECONDS = 600.0
+PRUNE_EVERY_SECONDS = 10.0
 
 
 class ProxyMetrics:
@@ -28,6 +29,7 @@ class ProxyMetrics:
         self.trajectory_lines = Counter("rlstack_proxy_trajectory_lines", "Trajectory lines by outcome (written, failed)", ["outcome"],
                                         registry=registry)
         self._last_seen: dict[str, float] = {}
+        self._next_prune = 0.0
 
     def _active_trials(self) -> float:
         cutoff = time.time() - TRIAL_WINDOW_SECONDS
@@ -41,5 +43,11 @@ class ProxyMetrics:
         usage = record.usage or {}
         self.prompt_tokens.labels(replica).inc(usage.get("prompt_tokens") or 0)
         self.completion_tokens.labels(replica).inc(usage.get("completion_tokens") or 0)
-        self._last_seen[f"{record.run_id}/{record.trial_id}"] = time.time()
-        self.trials_active.set(self._active_trials())
+        now = time.time()
+        self._last_seen[f"{record.run_id}/{record.trial_id}"] = now
+        # The set() feeds the multiprocess view; pruning the window walks every trial, so not per call.
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY_SECONDS
+            self.trials_active.set(self._active_trials())
+        else:
+            self.trials_active.set(len(self._last_seen))
