@@ -72,6 +72,21 @@ def broadcast_object(ctx: DistContext, obj: Any = None) -> Any:
     return box[0]
 
 
+def gather_object(ctx: DistContext, obj: Any) -> list[Any] | None:
+    """Every rank's ``obj`` in rank order on rank 0 (over the gloo control group); None elsewhere."""
+    if ctx.world_size == 1:
+        return [obj]
+    box: list[Any] | None = [None] * ctx.world_size if ctx.is_main else None
+    dist.gather_object(obj, box, dst=0, group=ctx.control)
+    return box
+
+
+def barrier(ctx: DistContext) -> None:
+    """Every rank waits here until all have arrived (control group)."""
+    if ctx.world_size > 1:
+        dist.barrier(group=ctx.control)
+
+
 def all_reduce(ctx: DistContext, values: list[float], op: str = "sum") -> list[float]:
     """Element-wise sum (or max) of a few floats across ranks, as float64 on the control group."""
     if ctx.world_size == 1:

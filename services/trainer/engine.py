@@ -68,6 +68,11 @@ class Engine:
         self.optimizer: torch.optim.Optimizer | None = None
         self.consumer: Callable[[str, dict[str, torch.Tensor]], None] | None = None
         """Rank 0's receiver of gathered layers during ``stream`` (the broadcast publisher's)."""
+        self.ipc_sender: Callable[[str, Any], None] | None = None
+        self.ipc_finisher: Callable[[], None] | None = None
+        """Rank 0's receivers of every rank's handles to each layer, and of the end, during ``share``."""
+        self.ipc_source: Any = None
+        """This rank's ``sync.ipc.IpcSource`` (its GPU); set before ``load`` to share another way (tests on CPU)."""
         self._lock = threading.Lock()
 
     # -- rank 0 drives, every other rank follows --------------------------------------------
@@ -91,9 +96,10 @@ class Engine:
     # -- operations ---------------------------------------------------------------------------
     def load(self, resume: Path | None) -> None:
         ctx, s = self.ctx, self.s
-        if ctx.launched and s.sync_mode == "ipc":
-            raise ValueError("sync_mode=ipc hands one unsharded trainer's GPU tensors to the replica on that GPU; under "
-                             "torchrun the policy is sharded (DTensors): sync with filesystem, broadcast or lora")
+        if s.sync_mode == "ipc" and self.ipc_source is None:
+            from rlstack.trainer.sync.ipc import cuda_source
+
+            self.ipc_source = cuda_source(ctx.device)  # refuses without CUDA: ipc shares GPU memory
         model = load_policy(s, resume, base_dtype(s, ctx.device))
         if s.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -143,6 +149,44 @@ class Engine:
         if error is not None:
             raise error
 
+    def share(self) -> None:
+        """``ipc``: every rank gathers one layer onto its own device and makes handles to it; rank 0
+        hands every rank's handles to ``ipc_sender``, then all ranks wait for it before dropping the
+        layer. The last layer stays alive through ``ipc_finisher`` (a replica may still hold it).
+
+        As in ``stream``, an error on rank 0 is kept until every rank has finished gathering.
+        """
+        from rlstack.trainer.distributed import barrier, gather_object
+        from rlstack.trainer.sync.gather import gathered
+        from rlstack.trainer.sync.ipc import merge
+        from rlstack.trainer.sync.ipc import share as share_tensors
+
+        if self.ipc_source is None:
+            raise RuntimeError("no ipc source on this rank: the trainer was not started with sync_mode=ipc")
+        error: BaseException | None = None
+        held: dict[str, torch.Tensor] = {}
+
+        def on_main(fn: Callable[..., None], *args: Any) -> None:
+            nonlocal error
+            if self.ctx.is_main and fn is not None and error is None:
+                try:
+                    fn(*args)
+                except Exception as exc:  # noqa: BLE001 - re-raised once every rank is done
+                    error = exc
+
+        for unit, tensors in gathered(self.model, device=self.ctx.device):
+            held = tensors
+            units = gather_object(self.ctx, share_tensors(tensors, self.ipc_source))
+            on_main(self.ipc_sender, unit, merge(units) if units else None)
+            barrier(self.ctx)  # the replicas have copied this layer: it may go
+        on_main(self.ipc_finisher)
+        barrier(self.ctx)
+        del held
+        if self.ctx.device.type == "cuda":
+            torch.cuda.ipc_collect()  # free what the replicas have released
+        if error is not None:
+            raise error
+
     def probe(self, tokens: list[int]) -> list[float]:
         """log p(token t+1 | tokens <= t) in float32 (the served-weights check), computed by every rank."""
         device = self.ctx.device
@@ -175,6 +219,14 @@ class ShardedPolicy:
         from rlstack.trainer.sync.gather import layout
 
         return layout(self.engine.model)
+
+    def share_weights(self, send: Callable[[str, Any], None], finish: Callable[[], None]) -> None:
+        """``ipc``: every rank shares each gathered layer from its own GPU; ``send`` gets all ranks' handles, then ``finish``."""
+        self.engine.ipc_sender, self.engine.ipc_finisher = send, finish
+        try:
+            self.engine.call("share")
+        finally:
+            self.engine.ipc_sender = self.engine.ipc_finisher = None
 
     def stream_weights(self, consume: Callable[[str, dict[str, torch.Tensor]], None]) -> None:
         """Full weights layer by layer into ``consume`` on this rank, every rank gathering with it."""

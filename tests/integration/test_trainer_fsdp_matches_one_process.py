@@ -1,7 +1,9 @@
 """FSDP2 under torchrun trains like one plain process: two gloo ranks on the tiny model give the
 same losses and the same updated weights on the same batch, packed rows give the padded rows'
-loss, and a checkpoint written by two ranks resumes in one process and the reverse. Real
-``python -m torch.distributed.run`` subprocesses running tests/integration/trainer_fsdp_worker.py."""
+loss, a checkpoint written by two ranks resumes in one process and the reverse, and the two
+ranks share their trained weights by ``ipc`` one layer at a time, each with the (stand-in)
+replica on its own device. Real ``python -m torch.distributed.run`` subprocesses running
+tests/integration/trainer_fsdp_worker.py."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlstack.trainer.sync.gather import LAYER
+from tests.conftest import start_service
+from tests.helpers.ipc_stand_in import StandInIpcReplica
+from tests.helpers.wait import wait_until
 from tests.integration.trainer_fsdp_worker import run
 
 WORKER = Path(__file__).with_name("trainer_fsdp_worker.py")
@@ -119,3 +126,34 @@ def test_lora_adapter_on_two_ranks_matches_one_process_and_resumes_in_one(tiny_m
     assert max_gap(weights(str(tmp_path / "lora2")), weights(str(tmp_path / "lora1"))) < WEIGHT_TOL  # the adapters
     resumed = plain(spec(tmp_path, "lora-resumed", tiny_model, steps=1, settings=lora, resume=str(tmp_path / "ckpt" / "step-000001")))
     assert resumed["steps"][0]["step"] == 2 and resumed["steps"][0]["loss"] != one["steps"][0]["loss"]
+
+
+def test_two_ranks_share_each_layer_by_ipc_with_the_replica_on_their_device(tiny_model, tmp_path):
+    registry = start_service("registry", ["--probe-interval-seconds", "0.5"], tmp_path)
+    replicas = [StandInIpcReplica(f"cpu-rank-{rank}") for rank in range(2)]  # one beside each rank, as on a GPU node
+    try:
+        for i, replica in enumerate(replicas):
+            httpx.put(f"{registry.url}/v1/endpoints/stand-in-{i}", json={"url": replica.url, "model": "policy", "ttl_seconds": 600}
+                      ).raise_for_status()
+        wait_until(lambda: all(e["ready"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]), timeout=30)
+        job = spec(tmp_path, "ipc2", tiny_model, steps=1, ipc={"registry_url": registry.url, "served_model": "policy", "version": 1})
+        result = torchrun(job)
+        assert sorted(result["sync"]["replicas"]) == ["stand-in-0", "stand-in-1"] and not result["sync"]["failed"]
+
+        trained, start = weights(job["out"]), load_file(tiny_model / "model.safetensors")
+        assert max_gap(trained, start) > 1e-4  # the step moved the weights
+        layers = json.loads((tiny_model / "config.json").read_text())["num_hidden_layers"]
+        for replica in replicas:
+            assert max_gap(replica.received, trained) == 0.0  # every tensor, exactly the trainer's
+            assert replica.offered == {"cpu-rank-0", "cpu-rank-1"}  # each read its own rank's copy, by device id
+            # One update per decoder layer, then the rest (embeddings, norm): never the whole model at once.
+            assert len(replica.updates) == layers + 1
+            assert all(len({LAYER.search(n).group(1) for n in names}) == 1 for names in replica.updates[:-1])
+            assert not any(LAYER.search(n) for n in replica.updates[-1])
+            assert replica.calls == ["/init_weight_transfer_engine", "/pause", "/start_weight_update", *["/update_weights"] * (layers + 1),
+                                     "/finish_weight_update", "/collective_rpc", "/reset_prefix_cache", "/resume"]
+            assert replica.version == 1 and not replica.paused
+    finally:
+        for replica in replicas:
+            replica.close()
+        registry.terminate()

@@ -5,7 +5,10 @@
 SPEC holds the model, the batch (a list of scored groups), the trainer settings, how many
 steps, and where to resume from / checkpoint to / write results. Rank 0 drives the engine
 (``Engine.call``) while the others follow (``Engine.serve``), exactly as the service does; rank
-0 writes ``result.json`` (per-step loss and grad norm) and the exported weights.
+0 writes ``result.json`` (per-step loss and grad norm) and the exported weights. With ``ipc``
+(a registry URL and a served model), every rank shares from CPU shared memory under the device
+id ``cpu-rank-<rank>`` (tests/helpers/ipc_stand_in.py) and rank 0 publishes the trained weights
+with the real ipc publisher, before exporting them.
 """
 
 from __future__ import annotations
@@ -24,8 +27,13 @@ def run(spec: dict) -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    settings = TrainerSettings(model=spec["model"], sync_mode="none", **spec.get("settings", {}))
+    settings = TrainerSettings(model=spec["model"], **{"sync_mode": "none", **spec.get("settings", {})})
     engine = Engine(settings)
+    if spec.get("ipc"):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make the repo's tests importable
+        from tests.helpers.ipc_stand_in import shared_memory_source
+
+        engine.ipc_source = shared_memory_source(f"cpu-rank-{engine.ctx.rank}")
     if not engine.ctx.is_main:
         engine.serve()
         return
@@ -42,9 +50,31 @@ def run(spec: dict) -> None:
     if spec.get("save"):
         state = checkpoint.CheckpointState(step=first + spec["steps"], weight_version=first + spec["steps"])
         engine.call("save", Path(spec["save"]), state, 2)
+    result: dict = {"world_size": engine.ctx.world_size, "steps": records}
+    if spec.get("ipc"):
+        result["sync"] = publish_ipc(engine, spec["ipc"]).model_dump()
     engine.call("export", out / "weights")
     engine.call("stop")
-    (out / "result.json").write_text(json.dumps({"world_size": engine.ctx.world_size, "steps": records}))
+    (out / "result.json").write_text(json.dumps(result))
+
+
+def publish_ipc(engine, ipc: dict):  # noqa: ANN001, ANN201 - an Engine; a SyncReport
+    import asyncio
+
+    from rlstack.common.registry_client import RegistryClient
+    from rlstack.trainer.engine import ShardedPolicy
+    from rlstack.trainer.sync.ipc import IpcPublisher
+
+    policy = ShardedPolicy(engine) if engine.ctx.launched else engine.model
+
+    async def go():  # noqa: ANN202
+        publisher = IpcPublisher(RegistryClient(ipc["registry_url"]), ipc["served_model"], source=engine.ipc_source)
+        try:
+            return await publisher.publish(policy, ipc["version"])
+        finally:
+            await publisher.aclose()
+
+    return asyncio.run(go())
 
 
 if __name__ == "__main__":

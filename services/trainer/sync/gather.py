@@ -2,7 +2,7 @@
 
 Every rank calls ``gathered`` in the same order (each ``full_tensor`` is an all-gather); rank 0
 gets one layer's full tensors, writes or sends them, and drops them before the next layer, so
-no rank ever holds the whole model. ``save_gathered`` writes a Hugging Face directory (one
+no rank ever holds the whole model (``ipc`` keeps each rank's copy on its GPU and shares it). ``save_gathered`` writes a Hugging Face directory (one
 safetensors file per layer plus the index), which the ``filesystem`` and ``lora`` modes hand to
 the replicas exactly as a ``save_pretrained`` directory; ``broadcast`` sends each layer's tensors
 as they come (``layout`` tells the replicas what to expect first). A plain process just calls
@@ -48,17 +48,20 @@ def layout(model: torch.nn.Module) -> list[tuple[str, torch.dtype, list[int]]]:
     return [(name, t.dtype, list(t.shape)) for entries in _units(model, False).values() for name, t in entries]
 
 
-def gathered(model: torch.nn.Module, trainable_only: bool = False) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
-    """``(unit, {name: full CPU tensor})`` per decoder layer, then the rest (embeddings, norm, head).
+def gathered(model: torch.nn.Module, trainable_only: bool = False,
+             device: torch.device | None = None) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
+    """``(unit, {name: full tensor})`` per decoder layer, then the rest (embeddings, norm, head).
 
-    Call on every rank; only rank 0's tensors are meant to be used. A tied head is not listed
-    (it is the embedding), as ``save_pretrained`` does.
+    Call on every rank. The tensors are fresh CPU copies (only rank 0's are meant to be used),
+    or, with ``device``, full tensors on that device on every rank (``ipc`` shares each rank's
+    with the replica on its GPU). A tied head is not listed (it is the embedding), as
+    ``save_pretrained`` does.
     """
     for unit, entries in _units(model, trainable_only).items():
         full = {}
         for name, tensor in entries:
             t = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-            full[name] = t.detach().to("cpu", copy=True).contiguous()
+            full[name] = t.detach().to("cpu", copy=True).contiguous() if device is None else t.detach().to(device).contiguous()
         yield unit, full
         del full
 

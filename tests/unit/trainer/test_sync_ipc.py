@@ -1,6 +1,8 @@
 """The ipc mode needs a GPU shared with a replica, which these machines lack: its payload and
 call sequence are checked with CPU tensors and a stand-in for vLLM's HTTP routes
-(``StandInReplicaTransport``: records calls, answers 200), and the registry is the real one."""
+(``StandInReplicaTransport``: records calls, answers 200), and the registry is the real one.
+A sharded policy's ipc sync runs across real torchrun ranks in
+tests/integration/test_trainer_fsdp_matches_one_process.py."""
 
 from __future__ import annotations
 
@@ -21,18 +23,25 @@ from rlstack.common.registry_client import RegistryClient
 from rlstack.registry.app import build_app
 from rlstack.registry.config import RegistrySettings
 from rlstack.trainer.sync import SyncFailed
-from rlstack.trainer.sync.ipc import IpcPublisher, update_payload
+from rlstack.trainer.sync.ipc import (
+    IpcPublisher,
+    IpcSource,
+    cuda_source,
+    merge,
+    share,
+    update_payload,
+)
 from tests.helpers.wait import wait_until
 
 
-class StandInReplicaTransport(httpx.AsyncBaseTransport):
+class StandInReplicaTransport(httpx.BaseTransport):
     """Stands in for a replica's vLLM routes (no GPU here): records each call, optionally fails one."""
 
     def __init__(self, fail_path: str | None = None) -> None:
         self.calls: list[tuple[str, dict | None]] = []
         self.fail_path = fail_path
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         self.calls.append((request.url.path, body))
         return httpx.Response(500 if request.url.path == self.fail_path else 200, json={})
@@ -64,7 +73,7 @@ def test_publish_drives_vllms_routes_in_order_and_always_resumes():
                                              num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
 
         transport = StandInReplicaTransport()
-        publisher = IpcPublisher(in_process_registry(registry.app), "policy", transport=transport, handle=lambda t: ("h",), gpu_uuid="GPU-1")
+        publisher = IpcPublisher(in_process_registry(registry.app), "policy", transport=transport, source=IpcSource("GPU-1", lambda t: ("h",)))
         report = asyncio.run(publisher.publish(model, version=3))
         assert report.replicas == ["r0"]
         assert [p for p, _ in transport.calls] == ["/init_weight_transfer_engine", "/pause", "/start_weight_update", "/update_weights",
@@ -75,14 +84,25 @@ def test_publish_drives_vllms_routes_in_order_and_always_resumes():
         assert calls["/finish_weight_update"] == {"weight_version": "3"}
 
         failing = StandInReplicaTransport(fail_path="/update_weights")
-        publisher = IpcPublisher(in_process_registry(registry.app), "policy", transport=failing, handle=lambda t: ("h",), gpu_uuid="GPU-1")
+        publisher = IpcPublisher(in_process_registry(registry.app), "policy", transport=failing, source=IpcSource("GPU-1", lambda t: ("h",)))
         with pytest.raises(SyncFailed):
             asyncio.run(publisher.publish(model, version=4))
         assert [p for p, _ in failing.calls][-1] == "/resume"  # generation is never left paused
+
+
+def test_ranks_handles_to_one_layer_merge_by_device():
+    layer = {"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2), "model.layers.0.input_layernorm.weight": torch.ones(2)}
+    units = [share(layer, IpcSource(f"GPU-{rank}", lambda t, rank=rank: (rank, tuple(t.shape)))) for rank in range(2)]
+    merged = merge(units)
+    assert merged.names == list(layer) and merged.shapes == [[4, 2], [2]]
+    assert merged.handles == [{"GPU-0": (0, (4, 2)), "GPU-1": (1, (4, 2))}, {"GPU-0": (0, (2,)), "GPU-1": (1, (2,))}]
+    other = share({"model.layers.1.mlp.up_proj.weight": torch.zeros(4, 2)}, IpcSource("GPU-1", lambda t: ()))
+    with pytest.raises(RuntimeError, match="different tensors"):
+        merge([units[0], other])
 
 
 def test_without_cuda_the_mode_refuses_to_start():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        IpcPublisher(registry=None, served_model="policy")  # type: ignore[arg-type]
+        cuda_source()
