@@ -93,9 +93,10 @@ class TrainerSettings(ServiceSettings):
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward instead of keeping them: long
     sequences fit in a fraction of the memory for about a third more compute."""
-    mixed_precision: bool = True
-    """Under torchrun on GPUs: bf16 parameters and compute, float32 gradient reduction and master
-    weights (FSDP2's MixedPrecisionPolicy). Off: float32 throughout."""
+    mixed_precision: Literal["auto", "bf16", "off"] = "auto"
+    """Under torchrun, bf16: bf16 parameters and compute, float32 gradient reduction and master
+    weights (FSDP2's MixedPrecisionPolicy). off: float32 throughout. auto: bf16 on GPUs, off on
+    CPUs (where bf16 matmuls are slower than float32 without AMX)."""
     cpu_offload: bool = False
     """Under torchrun: keep the sharded parameters, gradients and optimiser state in CPU memory
     (FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU). Fits larger models, slower."""

@@ -105,7 +105,8 @@ class Engine:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy = PolicyLogprobs(model, s.logprob_chunk)
         if ctx.launched:
-            shard(policy, model, ctx, mixed_precision=s.mixed_precision and ctx.device.type == "cuda", cpu_offload=s.cpu_offload)
+            bf16 = s.mixed_precision == "bf16" or (s.mixed_precision == "auto" and ctx.device.type == "cuda")
+            shard(policy, model, ctx, mixed_precision=bf16, cpu_offload=s.cpu_offload)
             if not s.cpu_offload:
                 policy.to(ctx.device)
         elif ctx.device.type == "cuda":

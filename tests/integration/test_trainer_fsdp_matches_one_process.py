@@ -30,6 +30,9 @@ WEIGHT_TOL = 1e-4
 """AdamW's first steps move each weight by ~lr whatever its gradient's size, so float noise in a
 tiny gradient shows up at ~1e-6 here; a wrong reduction (a missing or doubled rank) moves weights by ~lr = 1e-3."""
 
+BF16_LOSS_TOL = 2e-3
+"""bf16 compute moves these losses by ~2.4e-4 at most (measured, 2 steps); ten times that is the bound."""
+
 pytestmark = pytest.mark.slow
 
 
@@ -126,6 +129,18 @@ def test_lora_adapter_on_two_ranks_matches_one_process_and_resumes_in_one(tiny_m
     assert max_gap(weights(str(tmp_path / "lora2")), weights(str(tmp_path / "lora1"))) < WEIGHT_TOL  # the adapters
     resumed = plain(spec(tmp_path, "lora-resumed", tiny_model, steps=1, settings=lora, resume=str(tmp_path / "ckpt" / "step-000001")))
     assert resumed["steps"][0]["step"] == 2 and resumed["steps"][0]["loss"] != one["steps"][0]["loss"]
+
+
+def test_bf16_mixed_precision_checkpointing_and_offload_on_two_ranks_train_like_float32(reference, tiny_model, tmp_path):
+    """The GPU memory savers, run on CPU ranks: FSDP2's bf16 MixedPrecisionPolicy (float32
+    reduction and master weights), activation checkpointing and CPU offload, with packed rows."""
+    settings = {"mixed_precision": "bf16", "activation_checkpointing": True, "cpu_offload": True, "pack_tokens": 48}
+    result = torchrun(spec(tmp_path, "savers", tiny_model, steps=2, settings=settings))
+    assert losses(result) == pytest.approx(losses(reference["result"]), abs=BF16_LOSS_TOL)
+    assert losses(result) != pytest.approx(losses(reference["result"]), abs=LOSS_TOL)  # bf16 compute did run
+    trained = weights(str(tmp_path / "savers"))
+    assert all(t.dtype == torch.float32 for t in trained.values())  # the master weights stay float32
+    assert max_gap(trained, load_file(tiny_model / "model.safetensors")) > 1e-3
 
 
 def test_two_ranks_share_each_layer_by_ipc_with_the_replica_on_their_device(tiny_model, tmp_path):
