@@ -6,10 +6,12 @@ the same registry and replicas; tests that kill a replica start their own.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import PROXY_PYTHON, VLLM_PYTHON, ServiceProcess, free_port, start_service
@@ -58,6 +60,35 @@ def replica(registry, tiny_model, stack_logs) -> Iterator[ReplicaHandle]:
     handle = start_replica(registry.url, tiny_model, stack_logs, "replica-0")
     yield handle
     handle.sidecar.terminate(grace=60)
+
+
+SYNC_SERVED = "policy-sync"
+"""The weight-sync tests' replica serves under its own name, so the shared proxy never routes to it."""
+
+
+@pytest.fixture(scope="session")
+def shared_sync_replica(registry, tiny_model, stack_logs) -> Iterator[ReplicaHandle]:
+    handle = start_replica(registry.url, tiny_model, stack_logs, "replica-sync", served_model_name=SYNC_SERVED)
+    yield handle
+    handle.sidecar.terminate(grace=60)
+
+
+@pytest.fixture
+def sync_replica(shared_sync_replica, tiny_model) -> Iterator[ReplicaHandle]:
+    """One replica the filesystem, broadcast and lora sync tests take turns on (a vLLM start is
+    minutes on CI's two cores); each test leaves it back on the base weights, version 0."""
+    yield shared_sync_replica
+    asyncio.run(restore_base_weights(shared_sync_replica.vllm_url, tiny_model))
+
+
+async def restore_base_weights(vllm_url: str, model: Path) -> None:
+    """The filesystem sync's reload path, pointed at the base model's own directory."""
+    from rlstack.trainer.sync import mark_new_weights, paused
+
+    async with httpx.AsyncClient(timeout=300) as client, paused(client, vllm_url):
+        rpc = {"method": "rlstack_reload_weights", "kwargs": {"weights_path": str(model.resolve())}}
+        (await client.post(f"{vllm_url}/collective_rpc", json=rpc)).raise_for_status()
+        await mark_new_weights(client, vllm_url, 0)
 
 
 SECRET = "integration-secret"

@@ -6,7 +6,7 @@ gather one layer at a time and rank 0 streams each into the replica. Two real st
 sync passed the served-weights check (the replica's logprobs equal the sharded trainer's) and
 the served weights moved off the base model.
 
-The replica serves under its own name so the shared proxy never routes to it.
+The replica is the one the sync tests share (``sync_replica``), under its own served name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlstack.trainer.sync.broadcast import BroadcastPublisher
 from tests.conftest import REPO, free_port, start_process
 from tests.helpers.groups import feed_trainer
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.conftest import SYNC_SERVED
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -33,49 +33,46 @@ from tests.integration.inference.logprob_probe import (
     vllm_logprobs,
 )
 
-SERVED = "policy-bcast"
+SERVED = SYNC_SERVED
 SHARDED_STEPS = 2
 
 
-def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, stack_logs, service_factory, tmp_path):
-    replica = start_replica(registry.url, tiny_model, stack_logs, "replica-bcast", served_model_name=SERVED)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(tiny_model).float()
-        old = trainer_logprobs(model)
-        assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE
+def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, sync_replica, tiny_model, service_factory, tmp_path):
+    replica = sync_replica
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).float()
+    old = trainer_logprobs(model)
+    assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE
 
-        # A real GRPO step moves the weights.
-        group = probe_group(model)
-        grpo_step_on(model, group)
-        new = trainer_logprobs(model)
-        assert gap(new, old) > 10 * TOLERANCE
+    # A real GRPO step moves the weights.
+    group = probe_group(model)
+    grpo_step_on(model, group)
+    new = trainer_logprobs(model)
+    assert gap(new, old) > 10 * TOLERANCE
 
-        async def publish_twice():
-            publisher = BroadcastPublisher(RegistryClient(registry.url), SERVED)
-            try:
-                first = await publisher.publish(model, version=1)
-                grpo_step_on(model, group)
-                second = await publisher.publish(model, version=2)  # the group from the first sync is reused
-                return first, second
-            finally:
-                await publisher.aclose()
+    async def publish_twice():
+        publisher = BroadcastPublisher(RegistryClient(registry.url), SERVED)
+        try:
+            first = await publisher.publish(model, version=1)
+            grpo_step_on(model, group)
+            second = await publisher.publish(model, version=2)  # the group from the first sync is reused
+            return first, second
+        finally:
+            await publisher.aclose()
 
-        # Two syncs through the same gloo group: the first moves v1 in, the second v2.
-        first, second = asyncio.run(publish_twice())
-        assert first.replicas == second.replicas == ["replica-bcast"] and not second.failed
-        new = trainer_logprobs(model)
+    # Two syncs through the same gloo group: the first moves v1 in, the second v2.
+    first, second = asyncio.run(publish_twice())
+    assert first.replicas == second.replicas == ["replica-sync"] and not second.failed
+    new = trainer_logprobs(model)
 
-        served = vllm_logprobs(replica.vllm_url, SERVED)
-        assert gap(served, new) < TOLERANCE
-        assert gap(served, old) > 10 * TOLERANCE
+    served = vllm_logprobs(replica.vllm_url, SERVED)
+    assert gap(served, new) < TOLERANCE
+    assert gap(served, old) > 10 * TOLERANCE
 
-        def registered_version() -> int:
-            return httpx.get(f"{registry.url}/v1/endpoints/replica-bcast").json()["weight_version"]
+    def registered_version() -> int:
+        return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()["weight_version"]
 
-        wait_until(lambda: registered_version() == 2, timeout=20)
-        sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path)
-    finally:
-        replica.sidecar.terminate(grace=60)
+    wait_until(lambda: registered_version() == 2, timeout=20)
+    sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path)
 
 
 def metric(text: str, name: str) -> float | None:

@@ -1,7 +1,7 @@
 """filesystem weight sync into a live vLLM replica: after a real GRPO step and a publish, vLLM's
 logprobs equal the trainer's own (within CPU numerics) and differ from the old weights'.
 
-The replica serves under its own name so the shared proxy never routes to it.
+The replica is the one the sync tests share (``sync_replica``), under its own served name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync.filesystem import FilesystemPublisher
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.conftest import SYNC_SERVED
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -24,39 +24,36 @@ from tests.integration.inference.logprob_probe import (
     vllm_logprobs,
 )
 
-SERVED = "policy-sync"
+SERVED = SYNC_SERVED
 
 
-def test_filesystem_sync_puts_the_trainers_weights_in_vllm(registry, tiny_model, stack_logs, tmp_path):
-    replica = start_replica(registry.url, tiny_model, stack_logs, "replica-sync", served_model_name=SERVED)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(tiny_model).float()
-        old = trainer_logprobs(model)
-        assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE
+def test_filesystem_sync_puts_the_trainers_weights_in_vllm(registry, sync_replica, tiny_model, tmp_path):
+    replica = sync_replica
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).float()
+    old = trainer_logprobs(model)
+    assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE
 
-        # A real GRPO step moves the weights.
-        grpo_step_on(model, probe_group(model))
-        new = trainer_logprobs(model)
-        assert gap(new, old) > 10 * TOLERANCE
+    # A real GRPO step moves the weights.
+    grpo_step_on(model, probe_group(model))
+    new = trainer_logprobs(model)
+    assert gap(new, old) > 10 * TOLERANCE
 
-        async def publish():
-            client = RegistryClient(registry.url)
-            try:
-                return await FilesystemPublisher(tmp_path / "weights", client, SERVED).publish(model, version=1)
-            finally:
-                await client.aclose()
+    async def publish():
+        client = RegistryClient(registry.url)
+        try:
+            return await FilesystemPublisher(tmp_path / "weights", client, SERVED).publish(model, version=1)
+        finally:
+            await client.aclose()
 
-        report = asyncio.run(publish())
-        assert report.replicas == ["replica-sync"] and report.seconds > 0
+    report = asyncio.run(publish())
+    assert report.replicas == ["replica-sync"] and report.seconds > 0
 
-        served = vllm_logprobs(replica.vllm_url, SERVED)
-        assert gap(served, new) < TOLERANCE
-        assert gap(served, old) > 10 * TOLERANCE
+    served = vllm_logprobs(replica.vllm_url, SERVED)
+    assert gap(served, new) < TOLERANCE
+    assert gap(served, old) > 10 * TOLERANCE
 
-        def registered_version() -> int:
-            return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()["weight_version"]
+    def registered_version() -> int:
+        return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()["weight_version"]
 
-        wait_until(lambda: registered_version() == 1, timeout=20)
-    finally:
-        replica.sidecar.terminate(grace=60)
+    wait_until(lambda: registered_version() == 1, timeout=20)
 

@@ -3,7 +3,7 @@ publish, vLLM serving the adapter gives the trainer's own logprobs (within CPU n
 base model is untouched, the registry names the adapter, and a real proxy routes the policy's
 next call to it; a second publish changes only the adapter label, and the proxy follows.
 
-The replica serves under its own name so the shared proxy never routes to it.
+The replica is the one the sync tests share (``sync_replica``), under its own served name.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rlstack.trainer.loop import load_policy
 from rlstack.trainer.sync.lora import LoraPublisher, adapter_name
 from tests.conftest import PROXY_PYTHON, start_service
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.conftest import SYNC_SERVED
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -29,7 +29,7 @@ from tests.integration.inference.logprob_probe import (
     vllm_logprobs,
 )
 
-SERVED = "policy-lora"
+SERVED = SYNC_SERVED
 
 
 def served_through_proxy(proxy_url: str, trials_dir, n: int) -> str | None:
@@ -42,8 +42,8 @@ def served_through_proxy(proxy_url: str, trials_dir, n: int) -> str | None:
     return read_trajectory(trial)[0].served_model
 
 
-def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs, tmp_path):
-    replica = start_replica(registry.url, tiny_model, stack_logs, "replica-lora", served_model_name=SERVED)
+def test_lora_sync_serves_the_trainers_adapter(registry, sync_replica, tiny_model, stack_logs, tmp_path):
+    replica = sync_replica
     proxy = None
     try:
         settings = TrainerSettings(model=str(tiny_model), sync_mode="lora", lora_rank=8, registry_url=registry.url)
@@ -63,7 +63,7 @@ def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs,
                 await publisher.aclose()
 
         report = asyncio.run(publish_version(1))
-        assert report.replicas == ["replica-lora"]
+        assert report.replicas == ["replica-sync"]
 
         name = adapter_name(SERVED, 1)
         served = vllm_logprobs(replica.vllm_url, name)
@@ -71,7 +71,7 @@ def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs,
         assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE  # the base stays as it was
 
         def entry() -> dict:
-            return httpx.get(f"{registry.url}/v1/endpoints/replica-lora").json()
+            return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()
 
         wait_until(lambda: entry()["weight_version"] == 1 and entry()["labels"].get("adapter") == name, timeout=20)
 
@@ -89,4 +89,3 @@ def test_lora_sync_serves_the_trainers_adapter(registry, tiny_model, stack_logs,
     finally:
         if proxy is not None:
             proxy.terminate()
-        replica.sidecar.terminate(grace=60)
