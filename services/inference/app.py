@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-import httpx
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -23,6 +25,7 @@ from rlstack.common.supervise import Supervisor
 from rlstack.inference.command import vllm_command
 from rlstack.inference.config import InferenceSettings
 from rlstack.inference.replica import VllmProcess
+from rlstack.inference.weight_state import STATE_DIR_ENV, read_weight_state
 
 log = logging.getLogger(__name__)
 EXIT_CHECK_SECONDS = 0.5
@@ -32,6 +35,9 @@ class Replica:
     def __init__(self, settings: InferenceSettings) -> None:
         self.settings = settings
         argv, env = vllm_command(settings)
+        self.state_dir = Path(tempfile.mkdtemp(prefix="rlstack-weight-state-"))
+        """Where vLLM's workers write the version they hold (``worker_extension``); read every beat."""
+        env[STATE_DIR_ENV] = str(self.state_dir)
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         self.vllm = VllmProcess(argv, env, str(settings.advertise_url), settings.served_model_name, api_key)
         self.weight_version = settings.weight_version
@@ -64,23 +70,14 @@ class Replica:
         except (RuntimeError, TimeoutError) as exc:
             self.failed = str(exc)
             raise
-        refresh: asyncio.Task[None] | None = None
-        try:
-            while True:
-                if self.vllm.exited is not None:
-                    self.failed = f"vLLM exited with {self.vllm.exited}"
-                    await self.deregister()
-                    raise RuntimeError(self.failed)
-                # The version is read from vLLM's worker, which answers only between weight-update
-                # steps: a sync may keep it busy for longer than the registry's TTL. So the read
-                # runs beside the heartbeat, which always goes out with the last version known.
-                if refresh is None or refresh.done():
-                    refresh = asyncio.create_task(self._refresh_weight_version())
-                await self._heartbeat()
-                await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
-        finally:
-            if refresh is not None:
-                refresh.cancel()
+        while True:
+            if self.vllm.exited is not None:
+                self.failed = f"vLLM exited with {self.vllm.exited}"
+                await self.deregister()
+                raise RuntimeError(self.failed)
+            self.read_weight_state()
+            await self._heartbeat()
+            await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
 
     async def _heartbeat(self) -> None:
         if self.registry is not None:
@@ -99,18 +96,11 @@ class Replica:
         while self.vllm.exited is None and (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(EXIT_CHECK_SECONDS, left))
 
-    async def _refresh_weight_version(self) -> None:
-        """Read the version (and lora adapter) the trainer stored with the weights in vLLM's worker."""
-        try:
-            async with httpx.AsyncClient(timeout=5) as client:
-                r = await client.post(f"{self.vllm.base_url}/collective_rpc", json={"method": "rlstack_weight_state"},
-                                      headers=self.vllm.headers)
-            states = [v for v in r.json().get("results", []) if isinstance(v, dict) and v.get("version") is not None]
-            if states:
-                self.weight_version = min(int(v["version"]) for v in states)
-                self.adapter = states[0].get("adapter")
-        except (httpx.HTTPError, ValueError) as exc:
-            log.debug("weight version not readable: %s", exc)
+    def read_weight_state(self) -> None:
+        """The version (and lora adapter) the trainer stored with the weights, as the workers wrote it."""
+        state = read_weight_state(self.state_dir)
+        if state is not None:
+            self.weight_version, self.adapter = state
 
     async def deregister(self) -> None:
         if self.registry is not None and self.registered:
@@ -144,6 +134,7 @@ def build_app(settings: InferenceSettings) -> FastAPI:
             await replica.deregister()
             code = await asyncio.to_thread(replica.vllm.stop)
             log.info("vLLM stopped (exit %s)", code)
+            shutil.rmtree(replica.state_dir, ignore_errors=True)
             if replica.registry is not None:
                 await replica.registry.aclose()
 

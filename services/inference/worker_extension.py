@@ -4,9 +4,15 @@ Kept import-light: vLLM imports this in each worker process. Full-weight reloads
 ``rlstack_reload_weights`` (vLLM's own layerwise ``reload_weights``, then the CPU GEMM handles
 rebuilt: see ``cpu_gemm``); a checksum lets tests see which weights a replica holds, and the
 weight version is stored beside the weights it names.
+
+The version is also written to a file the sidecar reads (``weight_state``).
 """
 
 from __future__ import annotations
+
+import os
+
+from rlstack.inference.weight_state import STATE_DIR_ENV, write_weight_state
 
 
 def _register_gloo_engine() -> None:
@@ -48,6 +54,8 @@ class RLStackWorkerExtension:
         serves it): the version lives with the weights."""
         self._rlstack_weight_version = int(version)  # type: ignore[attr-defined]
         self._rlstack_adapter = adapter  # type: ignore[attr-defined]
+        if os.environ.get(STATE_DIR_ENV):
+            write_weight_state(os.environ[STATE_DIR_ENV], int(getattr(self, "rank", 0)), version, adapter)
         return self._rlstack_weight_version
 
     def rlstack_weight_state(self) -> dict:
