@@ -158,7 +158,7 @@ class Engine:
         As in ``stream``, an error on rank 0 is kept until every rank has finished gathering.
         """
         from rlstack.trainer.distributed import barrier, gather_object
-        from rlstack.trainer.sync.gather import gathered
+        from rlstack.trainer.sync.gather import gathered, unit_count
         from rlstack.trainer.sync.ipc import merge
         from rlstack.trainer.sync.ipc import share as share_tensors
 
@@ -175,11 +175,14 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 - re-raised once every rank is done
                     error = exc
 
-        for unit, tensors in gathered(self.model, device=self.ctx.device):
-            held = tensors
+        last = unit_count(self.model) - 1
+        for i, (unit, tensors) in enumerate(gathered(self.model, device=self.ctx.device)):
             units = gather_object(self.ctx, share_tensors(tensors, self.ipc_source))
             on_main(self.ipc_sender, unit, merge(units) if units else None)
-            barrier(self.ctx)  # the replicas have copied this layer: it may go
+            barrier(self.ctx)  # the replicas have copied this layer: it may go before the next is gathered
+            if i == last:
+                held = tensors
+            del tensors
         on_main(self.ipc_finisher)
         barrier(self.ctx)
         del held

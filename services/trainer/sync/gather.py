@@ -2,8 +2,8 @@
 
 Every rank calls ``gathered`` in the same order (each ``full_tensor`` is an all-gather); rank 0
 gets one layer's full tensors, writes or sends them, and drops them before the next layer, so
-no rank ever holds the whole model (``ipc`` keeps each rank's copy on its GPU and shares it). ``save_gathered`` writes a Hugging Face directory (one
-safetensors file per layer plus the index), which the ``filesystem`` and ``lora`` modes hand to
+no rank ever holds the whole model (``ipc`` keeps each rank's copy on its GPU and shares it).
+``save_gathered`` writes a Hugging Face directory (one safetensors file per layer plus the index), which the ``filesystem`` and ``lora`` modes hand to
 the replicas exactly as a ``save_pretrained`` directory; ``broadcast`` sends each layer's tensors
 as they come (``layout`` tells the replicas what to expect first). A plain process just calls
 ``save_pretrained``.
@@ -46,6 +46,11 @@ def layout(model: torch.nn.Module) -> list[tuple[str, torch.dtype, list[int]]]:
     """Name, dtype and full shape of every tensor ``gathered`` yields, in that order; no communication
     (a DTensor knows its global shape), so a receiver can be told before the first byte is sent."""
     return [(name, t.dtype, list(t.shape)) for entries in _units(model, False).values() for name, t in entries]
+
+
+def unit_count(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    """How many units ``gathered`` yields (no communication)."""
+    return len(_units(model, trainable_only))
 
 
 def gathered(model: torch.nn.Module, trainable_only: bool = False,
