@@ -65,10 +65,18 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     assert all(r["status"] == "ok" or r["error"] == "cancelled while running" for r in results)  # or stopped with the run
     merged = [r for r in results if (r["trajectory"] or {}).get("merged_calls", 0) >= 1]  # None: stopped mid-assembly
     assert merged, "no trial made a second call that extended its first"
+    # A trial with a break has a sequence that starts at the break, its earlier calls masked as
+    # prompt (they are trained in the sequence before it): look at one thread without breaks.
+    merged = [r for r in merged if r["trajectory"]["thread_breaks"] == 0]
+    assert merged, "every merged trial also broke its thread"
     trial = run_dir / "trials" / "agent" / merged[0]["trial"]
     calls = read_trajectory(trial)
     main = max(assemble(calls).sequences, key=lambda s: s.trained_tokens)
-    in_thread = [c for c in calls if main.tokens[: len(c.prompt_token_ids)] == c.prompt_token_ids]
+
+    def whole(c) -> list[int]:  # noqa: ANN001 - a logged call: its prompt and completion both lie in the thread
+        return c.prompt_token_ids + c.choices[0].completion_token_ids
+
+    in_thread = [c for c in calls if main.tokens[: len(whole(c))] == whole(c)]
     assert len(in_thread) >= 2
     completions = [t for c in in_thread for t in c.choices[0].completion_token_ids]
     assert [t for t, m in zip(main.tokens, main.masks) if m != MASKED] == completions  # only the policy's tokens
