@@ -30,6 +30,14 @@ from rlstack.trainer.sync import (
 log = logging.getLogger(__name__)
 
 
+async def reload_from(client: httpx.AsyncClient, url: str, path: Path, version: int) -> None:
+    """One replica reloads its weights in place from a model directory and records ``version``."""
+    async with paused(client, url):
+        rpc = {"method": "rlstack_reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
+        (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
+        await mark_new_weights(client, url, version)
+
+
 class FilesystemPublisher:
     def __init__(self, shared_dir: Path, registry: RegistryClient, served_model: str, replica_api_key: str | None = None,
                  keep_versions: int = 2) -> None:
@@ -51,10 +59,7 @@ class FilesystemPublisher:
         return report
 
     async def _reload(self, client: httpx.AsyncClient, url: str, path: Path, version: int) -> None:
-        async with paused(client, url):
-            rpc = {"method": "rlstack_reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
-            (await client.post(f"{url}/collective_rpc", json=rpc)).raise_for_status()
-            await mark_new_weights(client, url, version)
+        await reload_from(client, url, path, version)
 
     async def aclose(self) -> None:
         await self.registry.aclose()

@@ -92,11 +92,6 @@ def merge(units: list[IpcUnit]) -> IpcUnit:
     return IpcUnit(first.names, first.dtypes, first.shapes, handles)
 
 
-def update_payload(tensors: list[tuple[str, torch.Tensor]], gpu_uuid: str, handle: HandleFn) -> dict[str, Any]:
-    """``/update_weights`` body for a plain process: names, dtypes, shapes and a handle per tensor."""
-    return share(dict(tensors), IpcSource(gpu_uuid, handle)).update_info()
-
-
 Send = Callable[[str, IpcUnit], None]
 Finish = Callable[[], None]
 
@@ -185,4 +180,4 @@ class IpcPublisher:
         await self.registry.aclose()
 
 
-__all__ = ["IpcPublisher", "IpcSource", "IpcUnit", "cuda_ipc_handle", "cuda_source", "merge", "share", "update_payload"]
+__all__ = ["IpcPublisher", "IpcSource", "IpcUnit", "cuda_ipc_handle", "cuda_source", "merge", "share"]

@@ -82,13 +82,16 @@ def sync_replica(shared_sync_replica, tiny_model) -> Iterator[ReplicaHandle]:
 
 
 async def restore_base_weights(vllm_url: str, model: Path) -> None:
-    """The filesystem sync's reload path, pointed at the base model's own directory."""
-    from rlstack.trainer.sync import mark_new_weights, paused
+    """The filesystem sync's reload, pointed at the base model's own directory."""
+    from rlstack.trainer.sync.filesystem import reload_from
 
-    async with httpx.AsyncClient(timeout=300) as client, paused(client, vllm_url):
-        rpc = {"method": "rlstack_reload_weights", "kwargs": {"weights_path": str(model.resolve())}}
-        (await client.post(f"{vllm_url}/collective_rpc", json=rpc)).raise_for_status()
-        await mark_new_weights(client, vllm_url, 0)
+    async with httpx.AsyncClient(timeout=300) as client:
+        await reload_from(client, vllm_url, model, 0)
+
+
+def endpoint(registry, replica_id: str) -> dict:  # noqa: ANN001 - a ServiceProcess
+    """The registry's entry for one replica."""
+    return httpx.get(f"{registry.url}/v1/endpoints/{replica_id}").json()
 
 
 SECRET = "integration-secret"

@@ -23,7 +23,7 @@ from rlstack.trainer.sync.broadcast import BroadcastPublisher
 from tests.conftest import REPO, free_port, start_process
 from tests.helpers.groups import feed_trainer
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import SYNC_SERVED
+from tests.integration.inference.conftest import SYNC_SERVED, endpoint
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -68,10 +68,7 @@ def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, sync_replica
     assert gap(served, new) < TOLERANCE
     assert gap(served, old) > 10 * TOLERANCE
 
-    def registered_version() -> int:
-        return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()["weight_version"]
-
-    wait_until(lambda: registered_version() == 2, timeout=20)
+    wait_until(lambda: endpoint(registry, "replica-sync")["weight_version"] == 2, timeout=20)
     sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path)
 
 

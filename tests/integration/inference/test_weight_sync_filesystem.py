@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from transformers import AutoModelForCausalLM
 
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync.filesystem import FilesystemPublisher
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import SYNC_SERVED
+from tests.integration.inference.conftest import SYNC_SERVED, endpoint
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -52,8 +51,5 @@ def test_filesystem_sync_puts_the_trainers_weights_in_vllm(registry, sync_replic
     assert gap(served, new) < TOLERANCE
     assert gap(served, old) > 10 * TOLERANCE
 
-    def registered_version() -> int:
-        return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()["weight_version"]
-
-    wait_until(lambda: registered_version() == 1, timeout=20)
+    wait_until(lambda: endpoint(registry, "replica-sync")["weight_version"] == 1, timeout=20)
 

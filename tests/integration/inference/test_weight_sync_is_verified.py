@@ -23,7 +23,7 @@ from rlstack.trainer.step import grpo_step
 from rlstack.trainer.sync.filesystem import FilesystemPublisher
 from rlstack.trainer.sync.verify import TOLERANCES, ServedWeightsCheck, VerifiedPublisher
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.conftest import endpoint, start_replica
 from tests.integration.inference.logprob_probe import PROBE, grpo_step_on
 
 BAD = "replica-verify"
@@ -43,10 +43,6 @@ class PerturbingPublisher(FilesystemPublisher):
 
 def replicas_in(proxy) -> list[str]:  # noqa: ANN001
     return httpx.get(f"{proxy.url}/readyz").json()["replicas"]
-
-
-def endpoint(registry, replica_id: str) -> dict:  # noqa: ANN001
-    return httpx.get(f"{registry.url}/v1/endpoints/{replica_id}").json()
 
 
 def publish(registry_url: str, publisher_cls, model, version: int, **kwargs):  # noqa: ANN001, ANN201

@@ -19,7 +19,7 @@ from rlstack.trainer.loop import load_policy
 from rlstack.trainer.sync.lora import LoraPublisher, adapter_name
 from tests.conftest import PROXY_PYTHON, start_service
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import SYNC_SERVED
+from tests.integration.inference.conftest import SYNC_SERVED, endpoint
 from tests.integration.inference.logprob_probe import (
     TOLERANCE,
     gap,
@@ -71,7 +71,7 @@ def test_lora_sync_serves_the_trainers_adapter(registry, sync_replica, tiny_mode
         assert gap(vllm_logprobs(replica.vllm_url, SERVED), old) < TOLERANCE  # the base stays as it was
 
         def entry() -> dict:
-            return httpx.get(f"{registry.url}/v1/endpoints/replica-sync").json()
+            return endpoint(registry, "replica-sync")
 
         wait_until(lambda: entry()["weight_version"] == 1 and entry()["labels"].get("adapter") == name, timeout=20)
 

@@ -29,7 +29,6 @@ from rlstack.trainer.sync.ipc import (
     cuda_source,
     merge,
     share,
-    update_payload,
 )
 from tests.helpers.wait import wait_until
 
@@ -49,7 +48,7 @@ class StandInReplicaTransport(httpx.BaseTransport):
 
 def test_payload_carries_names_shapes_and_a_handle_per_tensor():
     tensors = [("a.weight", torch.zeros(2, 3)), ("b.bias", torch.zeros(4, dtype=torch.bfloat16))]
-    payload = update_payload(tensors, "GPU-1", handle=lambda t: (tuple(t.shape),))
+    payload = share(dict(tensors), IpcSource("GPU-1", lambda t: (tuple(t.shape),))).update_info()
     assert payload["names"] == ["a.weight", "b.bias"] and payload["dtype_names"] == ["float32", "bfloat16"]
     assert payload["shapes"] == [[2, 3], [4]]
     assert pickle.loads(base64.b64decode(payload["ipc_handles_pickled"])) == [{"GPU-1": ((2, 3),)}, {"GPU-1": ((4,),)}]
