@@ -87,10 +87,14 @@ class EnvRunner:
         return self.s.max_token_length or SINGLE_TURN_TOKEN_LIMIT
 
     async def backlog_full(self) -> bool:
-        """Whether enough groups already wait; httpx errors are transient, ``BatcherRefused`` is not."""
+        """Whether enough of this env's own groups already wait: its share (``env_weight``) of
+        ``max_batches_offpolicy`` batches, and at least one group. Groups other envs left in the
+        queue (an env removed by an upgrade, a trainer that has finished) never hold it back.
+        httpx errors are transient, ``BatcherRefused`` is not."""
         status = await self.batcher.env_status(self.env_id)
-        waiting_sequences = status.queue_size * self.s.group_size
-        return waiting_sequences >= self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size)
+        own_sequences = status.self_queue_size * self.s.group_size
+        share = self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size) * status.env_weight
+        return own_sequences >= max(share, self.s.group_size)
 
     async def weight_version(self) -> int | None:
         if self.registry is None:
