@@ -20,6 +20,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import (
     AGENT_STDERR,
     AGENT_STDOUT,
@@ -72,8 +73,8 @@ class KubernetesSandbox:
                 raise SandboxError(f"kubernetes sandbox: pod {name} was deleted before the trial finished") from None
             except TimeoutError:
                 raise SandboxError(f"kubernetes sandbox: pod {name} did not finish within {deadline + 60}s") from None
-            agent = _outcome(job.agent_dir)
-            verifier = _outcome(job.verifier_dir)
+            agent = _outcome(job.agent_dir, trial_dir)
+            verifier = _outcome(job.verifier_dir, trial_dir)
             if agent is None or verifier is None:
                 raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}) "
                                    f"before {'the agent' if agent is None else 'the verifier'} finished")
@@ -111,11 +112,9 @@ class KubernetesSandbox:
                 if job.task.solution_dir is None:
                     raise SandboxError(f"task {job.task.name} has no solution/solve.sh to mount")
                 shutil.copytree(job.task.solution_dir, stage / "solution")
-            for directory in (job.agent_dir, job.verifier_dir):
-                directory.mkdir(parents=True, exist_ok=True)
-            for stale in job.verifier_dir.iterdir():  # a reward can only come from this pod's verifier
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-            (job.agent_dir / OUTCOME_FILE).unlink(missing_ok=True)
+            safefs.makedirs(job.agent_dir, within=trial_dir)
+            safefs.clear_dir(job.verifier_dir, within=trial_dir)  # a reward can only come from this pod's verifier
+            safefs.unlink(job.agent_dir / OUTCOME_FILE, within=trial_dir)
         except OSError as exc:
             raise SandboxError(f"kubernetes sandbox: cannot stage the task on the trials volume: {exc}") from exc
 
@@ -163,9 +162,10 @@ class KubernetesSandbox:
             ])
 
 
-def _outcome(directory: Path) -> PhaseOutcome | None:
-    path = directory / OUTCOME_FILE
+def _outcome(directory: Path, trial_dir: Path) -> PhaseOutcome | None:
+    """``phase.json`` as the pod left it: read without following a symlink (the agent container can
+    write its own log directory) and capped in size."""
     try:
-        return PhaseOutcome.model_validate_json(path.read_text())
+        return PhaseOutcome.model_validate_json(safefs.read_bytes(directory / OUTCOME_FILE, trial_dir, limit=64 * 1024))
     except (OSError, ValueError):
         return None

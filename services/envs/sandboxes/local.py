@@ -20,6 +20,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import (
     AGENT_EXIT_CODE,
     AGENT_STDERR,
@@ -104,8 +105,8 @@ class LocalSandbox:
                     shutil.copytree(entry, workspace / entry.name, symlinks=True)
                 else:
                     shutil.copy2(entry, workspace / entry.name, follow_symlinks=False)
-            job.agent_dir.mkdir(parents=True, exist_ok=True)
-            job.verifier_dir.mkdir(parents=True, exist_ok=True)
+            for directory in (job.agent_dir, job.verifier_dir):
+                safefs.makedirs(directory, within=_trial_dir(job))
         except OSError as exc:
             raise SandboxError(f"local sandbox: cannot prepare the workspace: {exc}") from exc
         return workspace
@@ -124,16 +125,12 @@ class LocalSandbox:
             binds.append(Bind(job.task.solution_dir, SOLUTION))
         outcome = await self._phase(job, "agent", binds, job.agent_command, job.agent_env, job.agent_timeout_sec,
                                     stdout=job.agent_dir / AGENT_STDOUT, stderr=job.agent_dir / AGENT_STDERR)
-        (job.agent_dir / AGENT_EXIT_CODE).write_text(f"{outcome.exit_code}\n")
+        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=_trial_dir(job))
         return outcome
 
     async def _verifier(self, job: SandboxJob, workspace: Path) -> PhaseOutcome:
         # A reward file must come from this verifier run, never from the agent or an earlier run.
-        for stale in job.verifier_dir.iterdir():
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale)
-            else:
-                stale.unlink()
+        safefs.clear_dir(job.verifier_dir, within=_trial_dir(job))
         binds = [Bind(workspace, APP, writable=True), Bind(job.agent_dir, LOGS_AGENT),
                  Bind(job.verifier_dir, LOGS_VERIFIER, writable=True), Bind(job.task.tests_dir, TESTS)]
         return await self._phase(job, "verifier", binds, ["bash", TEST_SCRIPT], job.task.config.verifier.env,
@@ -152,7 +149,7 @@ class LocalSandbox:
             try:
                 done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
                                        kill_grace=self.config.kill_grace_sec, pass_fds=(write_fd,),
-                                       on_start=lambda pgid: self._started(key, pgid))
+                                       on_start=lambda pgid: self._started(key, pgid), within=_trial_dir(job))
             except OSError as exc:
                 raise SandboxError(f"local sandbox: cannot start {phase}: {exc}") from exc
             finally:
@@ -166,11 +163,23 @@ class LocalSandbox:
             os.close(read_fd)
         finished_at = datetime.now(UTC)
         if "child-pid" not in status and not done.timed_out:
-            detail = (stderr or stdout).read_text(errors="replace").strip()[-2000:]
+            detail = _tail(stderr or stdout, _trial_dir(job))
             raise SandboxError(f"local sandbox: bwrap failed to set up the {phase} sandbox: {detail}")
         exit_code = status.get("exit-code", done.returncode) if not done.timed_out else done.returncode
         return PhaseOutcome(started_at=started_at, finished_at=finished_at, exit_code=exit_code,
                             timed_out=done.timed_out)
+
+
+def _trial_dir(job: SandboxJob) -> Path:
+    """The trial's directory: trusted (the env server made it), unlike the agent's log directory in it."""
+    return job.agent_dir.parent
+
+
+def _tail(path: Path, within: Path) -> str:
+    try:
+        return safefs.read_text(path, within).strip()[-2000:]
+    except OSError as exc:
+        return f"(no output: {exc})"
 
 
 def _read_status(fd: int) -> dict:

@@ -16,6 +16,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import AGENT_EXIT_CODE, PhaseOutcome
 from rlstack.envs.sandboxes.procgroup import run_group
 
@@ -28,15 +29,14 @@ async def run_phase(command: list[str], out_dir: Path, timeout: float, kill_grac
     started = datetime.now(UTC)
     try:
         done = await run_group(command, env=dict(os.environ), stdout=out_dir / stdout,
-                               stderr=out_dir / stderr if stderr else None, timeout=timeout, kill_grace=kill_grace)
+                               stderr=out_dir / stderr if stderr else None, timeout=timeout, kill_grace=kill_grace,
+                               within=out_dir)
         exit_code, timed_out = done.returncode, done.timed_out
     except OSError as exc:  # the command does not exist: the phase failed, the pod goes on
-        (out_dir / stdout).write_text(f"cannot start {command[0]}: {exc}\n")
+        safefs.write_text(out_dir / stdout, f"cannot start {command[0]}: {exc}\n", within=out_dir)
         exit_code, timed_out = 127, False
     outcome = PhaseOutcome(started_at=started, finished_at=datetime.now(UTC), exit_code=exit_code, timed_out=timed_out)
-    tmp = out_dir / f".{OUTCOME_FILE}.tmp"
-    tmp.write_text(outcome.model_dump_json())
-    os.replace(tmp, out_dir / OUTCOME_FILE)
+    safefs.write_text(out_dir / OUTCOME_FILE, outcome.model_dump_json(), within=out_dir)  # never through a symlink
     return outcome
 
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command after --")
     outcome = asyncio.run(run_phase(command, args.out_dir, args.timeout, args.kill_grace, args.stdout, args.stderr))
     if args.exit_code_file:
-        (args.out_dir / AGENT_EXIT_CODE).write_text(f"{outcome.exit_code}\n")
+        safefs.write_text(args.out_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=args.out_dir)
     return 0
 
 

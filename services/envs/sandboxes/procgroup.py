@@ -17,6 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from rlstack.envs.sandboxes import safefs
+
 
 class GroupExit(BaseModel):
     returncode: int
@@ -51,15 +53,19 @@ def live_members(pgid: int) -> list[int]:
 
 async def run_group(argv: Sequence[str], *, env: dict[str, str], stdout: Path, stderr: Path | None,
                     timeout: float, kill_grace: float, pass_fds: Sequence[int] = (),
-                    on_start: Callable[[int], None] | None = None) -> GroupExit:
+                    on_start: Callable[[int], None] | None = None, within: Path | None = None) -> GroupExit:
     """Run ``argv`` to completion or ``timeout``; ``stderr=None`` merges it into ``stdout``.
+
+    The output files are opened without following symlinks below ``within`` (default: their own
+    directory), which an agent may write.
 
     ``on_start`` gets the process group id (the child's pid) as soon as it exists.
     Raises ``OSError`` when the program cannot be started at all.
     """
     with contextlib.ExitStack() as files:
-        out = files.enter_context(stdout.open("wb"))
-        err = files.enter_context(stderr.open("wb")) if stderr is not None else asyncio.subprocess.STDOUT
+        out = files.enter_context(os.fdopen(safefs.open_output(stdout, within or stdout.parent), "wb"))
+        err = (files.enter_context(os.fdopen(safefs.open_output(stderr, within or stderr.parent), "wb"))
+               if stderr is not None else asyncio.subprocess.STDOUT)
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err, env=env,
             start_new_session=True, pass_fds=tuple(pass_fds))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -29,6 +28,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
+from rlstack.envs.sandboxes import safefs
 from rlstack.envs.trials.layout import TrialPaths
 from rlstack.envs.trials.records import TrialResult
 
@@ -254,10 +254,12 @@ def write_atif(trial_root: Path, agent_name: str, agent_version: str | None = No
     records = read_trajectory(trial_root)
     if not any(r.status == "ok" and r.choices for r in records):
         return None
-    result = TrialResult.model_validate_json(paths.result.read_text()) if paths.result.is_file() else None
+    result = (TrialResult.model_validate_json(safefs.read_bytes(paths.result, paths.root, limit=16 << 20))
+              if safefs.is_file(paths.result, paths.root) else None)
     target = paths.agent_dir / FILE_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{FILE_NAME}.tmp")
-    tmp.write_text(trial_to_atif(records, result, agent_name, agent_version).model_dump_json(indent=2, exclude_none=True))
-    os.replace(tmp, target)
+    # The agent's directory: whatever it planted (trajectory.json or a temp name as a symlink) is
+    # replaced, never written through.
+    safefs.makedirs(paths.agent_dir, within=paths.root)
+    safefs.write_text(target, trial_to_atif(records, result, agent_name, agent_version)
+                      .model_dump_json(indent=2, exclude_none=True), within=paths.root)
     return target

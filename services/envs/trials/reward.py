@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
+
+from rlstack.envs.sandboxes import safefs
 
 REWARD_TXT = "reward.txt"
 REWARD_JSON = "reward.json"
+READ_LIMIT = 64 * 1024
 
 
 class RewardError(ValueError):
     """The verifier wrote no usable reward."""
 
 
-def read_rewards(verifier_dir: Path) -> dict[str, float]:
+def read_rewards(verifier_dir: Path, within: Path | None = None) -> dict[str, float]:
+    """Only regular files directly in ``verifier_dir`` count: a symlink (to another trial's reward, a
+    host file) is not a reward. ``within``: the trusted directory above it (the trial's)."""
+    within = within or verifier_dir
     json_path, txt_path = verifier_dir / REWARD_JSON, verifier_dir / REWARD_TXT
-    if json_path.is_file():
-        text = json_path.read_text(errors="replace").strip()
+    if os.path.islink(json_path) or os.path.islink(txt_path):
+        raise RewardError("the verifier left a symlink as its reward file")
+    if safefs.is_file(json_path, within):
+        text = safefs.read_text(json_path, within, limit=READ_LIMIT).strip()
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -31,8 +40,8 @@ def read_rewards(verifier_dir: Path) -> dict[str, float]:
         if not values:
             raise RewardError(f"{REWARD_JSON} is an empty object")
         return {str(key): _number(value, f"{REWARD_JSON}[{key!r}]") for key, value in values.items()}
-    if txt_path.is_file():
-        text = txt_path.read_text(errors="replace").strip()
+    if safefs.is_file(txt_path, within):
+        text = safefs.read_text(txt_path, within, limit=READ_LIMIT).strip()
         try:
             value = float(text)
         except ValueError:

@@ -14,6 +14,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import LOGS_AGENT, PhaseOutcome, Sandbox, SandboxError, SandboxJob
 from rlstack.envs.trials.layout import TrialPaths
 from rlstack.envs.trials.records import (
@@ -40,11 +41,12 @@ class TrialExists(FileExistsError):
 
 async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> TrialResult:
     paths = TrialPaths.of(trials_dir, spec.run, spec.trial)
-    if paths.result.exists():
+    if os.path.lexists(paths.result):
         raise TrialExists(f"{paths.result} exists: give each trial (and each attempt) its own id")
-    paths.agent_dir.mkdir(parents=True, exist_ok=True)
-    paths.verifier_dir.mkdir(parents=True, exist_ok=True)
-    paths.instruction.write_text(spec.task.instruction)
+    Path(trials_dir).mkdir(parents=True, exist_ok=True)
+    for directory in (paths.agent_dir, paths.verifier_dir):  # never through a symlink below the trials dir
+        safefs.makedirs(directory, within=Path(trials_dir))
+    safefs.write_text(paths.instruction, spec.task.instruction, within=paths.root)
     agent_timeout = spec.agent_timeout_sec or spec.task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_SEC
     verifier_timeout = spec.verifier_timeout_sec or spec.task.config.verifier.timeout_sec
     job = SandboxJob(
@@ -88,7 +90,7 @@ def _judge(agent: PhaseOutcome, verifier: PhaseOutcome, paths: TrialPaths, recor
         record.error = f"verifier timed out after {verifier_timeout:g}s"
     else:
         try:
-            record.rewards = read_rewards(paths.verifier_dir)
+            record.rewards = read_rewards(paths.verifier_dir, within=paths.root)
             reward = scalar_reward(record.rewards)
         except RewardError as exc:
             record.error = str(exc)
@@ -113,7 +115,7 @@ def _finish(paths: TrialPaths, result: TrialResult, *, status: TrialStatus = Tri
 
 
 def write_result(paths: TrialPaths, result: TrialResult) -> TrialResult:
-    tmp = paths.result.with_suffix(".json.tmp")
-    tmp.write_text(result.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, paths.result)  # readers never see half a result
+    # A fresh temp name renamed over result.json: readers never see half a result, and nothing
+    # planted under either name is written through.
+    safefs.write_text(paths.result, result.model_dump_json(indent=2) + "\n", within=paths.root)
     return result
