@@ -18,6 +18,10 @@ from rlstack.envs.runner import EnvMetrics, EnvRunner
 def build_app(settings: EnvSettings) -> FastAPI:
     registry = CollectorRegistry()
     if settings.task == "harbor":
+        # On a fresh volume nothing has made the trials directory yet (the proxy makes it on its
+        # first write, after the first trial has started): an env server that required it would
+        # crash-loop on every new install.
+        settings.trials_dir.mkdir(parents=True, exist_ok=True)
         from rlstack.envs.agent.runner import AgentEnvRunner, AgentMetrics
 
         runner: EnvRunner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))

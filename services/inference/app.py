@@ -52,9 +52,12 @@ class Replica:
 
     def registration(self) -> EndpointRegistration:
         s = self.settings
+        labels = {"device": s.device, **({"adapter": self.adapter} if self.adapter else {})}
+        if self.vllm.max_model_len:
+            labels["max_model_len"] = str(self.vllm.max_model_len)
         return EndpointRegistration(
             url=s.advertise_url, model=s.served_model_name, weight_version=self.weight_version, dp_rank=s.dp_rank,
-            labels={"device": s.device, **({"adapter": self.adapter} if self.adapter else {})}, ttl_seconds=3 * s.heartbeat_seconds,
+            labels=labels, ttl_seconds=3 * s.heartbeat_seconds,
             instance_id=self.instance_id,
         )
 

@@ -26,6 +26,9 @@ class VllmProcess:
         self.loaded = False
         self.started_at = 0.0
         self.load_seconds: float | None = None
+        self.max_model_len: int | None = None
+        """The context length vLLM serves (its /v1/models entry), registered as a label so env
+        servers read it from the registry: vLLM's own port is closed to them."""
 
     def start(self) -> None:
         log.info("starting vLLM: %s", " ".join(a if "api-key" not in prev else "***" for prev, a in zip(["", *self.argv], self.argv)))
@@ -44,7 +47,12 @@ class VllmProcess:
             r = await client.get(f"{self.base_url}/v1/models", headers=self.headers, timeout=5)
         except httpx.HTTPError:
             return False
-        return r.status_code == 200 and any(m.get("id") == self.served_model for m in r.json().get("data", []))
+        if r.status_code != 200:
+            return False
+        ours = [m for m in r.json().get("data", []) if m.get("id") == self.served_model]
+        if ours and isinstance(ours[0].get("max_model_len"), int):
+            self.max_model_len = ours[0]["max_model_len"]
+        return bool(ours)
 
     async def wait_loaded(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

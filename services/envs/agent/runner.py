@@ -157,18 +157,17 @@ class AgentEnvRunner(EnvRunner):
         return self._limit
 
     async def _served_context(self) -> int | None:
+        """The replicas' ``max_model_len`` label in the registry (their sidecars read it from vLLM).
+        Never vLLM itself: its port is closed to env pods, since it also serves the dev routes."""
         if self.registry is None:
             return None
         try:
-            for endpoint in (await self.registry.list()).endpoints:
-                async with httpx.AsyncClient(timeout=10) as client:
-                    models = (await client.get(f"{str(endpoint.url).rstrip('/')}/v1/models")).json()["data"]
-                lengths = [m["max_model_len"] for m in models if m.get("max_model_len")]
-                if lengths:
-                    return max(lengths)
-        except (httpx.HTTPError, KeyError, ValueError) as exc:
-            log.warning("could not read the served model's context length: %r", exc)
-        return None
+            endpoints = (await self.registry.list(model=self.s.served_model)).endpoints
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("could not read the served model's context length from the registry: %r", exc)
+            return None
+        lengths = [int(e.labels["max_model_len"]) for e in endpoints if e.labels.get("max_model_len", "").isdigit()]
+        return min(lengths, default=None)  # a sequence must fit every replica that may serve it
 
     async def rollout(self, problem: HarborTask, trial: str) -> dict:
         await self._wait_for_staleness_room()
