@@ -16,7 +16,6 @@ from rlstack.batcher.metrics import BatcherCollector, wal_sync_histogram
 from rlstack.batcher.service import BatcherService
 from rlstack.batcher.validation import GroupRejected
 from rlstack.batcher.wal import WriteAheadLog
-from rlstack.common.gzip_body import GzipRequestMiddleware
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 
@@ -55,11 +54,12 @@ def build_app(settings: BatcherSettings) -> FastAPI:
         ready=lambda: (ready["replayed"], {"step": svc.state.step, "queue_groups": svc.state.available_groups}),
         supervisor=supervisor,
         lifespan=lifespan,
+        max_request_bytes=settings.max_request_bytes,
+        request_read_timeout=settings.request_read_timeout_seconds,
     )
     app.state.batcher = svc
     app.include_router(router)
     app.add_exception_handler(GroupRejected, rejected_handler)
-    app.add_middleware(GzipRequestMiddleware, max_inflated_bytes=settings.max_request_bytes)
     return app
 
 

@@ -28,5 +28,10 @@ class BatcherSettings(ServiceSettings):
     """Rewrite the log once it is this large and mostly consumed."""
     retry_after_seconds: int = Field(default=1, ge=1, le=60)
     """Retry-After sent with 503 when the queue is full."""
-    max_request_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
-    """Largest request body accepted after gzip inflation."""
+    vocab_size: int | None = Field(default=None, ge=1)
+    """Refuse token ids at or above this; a trainer that registers its own ``vocab_size`` overrides it."""
+    max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Largest request body, plain or after gzip inflation (a group of 16 x 32k-token sequences with
+    logprobs is about 16 MB of JSON)."""
+    request_read_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    """A body not received in full within this is a 408 (a client that announced more than it sends)."""

@@ -27,7 +27,13 @@ from rlstack.batcher.records import (
     event_adapter,
 )
 from rlstack.batcher.state import BatcherState
-from rlstack.batcher.validation import GroupRejected, check_shapes, error, from_pydantic
+from rlstack.batcher.validation import (
+    GroupRejected,
+    check_shapes,
+    check_vocab,
+    error,
+    from_pydantic,
+)
 from rlstack.batcher.wal import WriteAheadLog
 from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
 
@@ -116,7 +122,7 @@ class BatcherService:
         await self._log_event(EnvDisconnected(env_id=env_id))
 
     def require_env(self, env_id: int) -> None:
-        if env_id >= len(self.state.envs):
+        if not 0 <= env_id < len(self.state.envs):  # never a negative index into another env's slot
             raise GroupRejected(404, [error(("env_id",), f"no env registered with id {env_id}")], "unknown_env")
 
     # ----- scored data -----
@@ -157,9 +163,12 @@ class BatcherService:
             raise from_pydantic(exc) from None
         problems = []
         batch_size = self.state.trainer.batch_size if self.state.trainer else None
+        vocab = self.vocab_size
         for index, group in enumerate(groups):
             loc: tuple[str | int, ...] = (index,) if as_list else ()
             problems += check_shapes(group, loc)
+            if vocab is not None:
+                problems += check_vocab(group, vocab, loc)
             size = len(group.tokens)
             if batch_size is not None and size > batch_size:
                 problems.append(error((*loc, "tokens"), f"group of {size} sequences can never fit a batch of {batch_size}"))
@@ -174,6 +183,14 @@ class BatcherService:
             self._count_reject("invalid")
             raise GroupRejected(422, problems, "invalid")
         return groups
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The trainer's vocabulary when it said (rlstack's trainer does), else ``--vocab-size``."""
+        trainer = self.state.trainer
+        if trainer is not None and trainer.vocab_size is not None:
+            return trainer.vocab_size
+        return self.settings.vocab_size
 
     def _count_reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1

@@ -77,3 +77,17 @@ def check_shapes(group: ScoredData, loc: Loc = ()) -> list[dict[str, Any]]:
                     problems.append(error((*loc, "distill_logprobs", i, p), "top-k width differs from distill_token_ids"))
                     break
     return problems
+
+
+def check_vocab(group: ScoredData, vocab_size: int, loc: Loc = ()) -> list[dict[str, Any]]:
+    """Every token id (and distillation id) below the trainer's vocabulary: an embedding lookup
+    past it fails the step on a GPU (device assert) or trains on garbage."""
+    problems: list[dict[str, Any]] = []
+    for i, row in enumerate(group.tokens):
+        if row and max(row) >= vocab_size:
+            position = next(p for p, t in enumerate(row) if t >= vocab_size)
+            problems.append(error((*loc, "tokens", i, position), f"token id {row[position]} is outside the vocabulary ({vocab_size})"))
+    for i, row in enumerate(group.distill_token_ids or ()):
+        if any(t >= vocab_size for ids in row for t in ids):
+            problems.append(error((*loc, "distill_token_ids", i), f"a token id is outside the vocabulary ({vocab_size})"))
+    return problems

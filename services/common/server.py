@@ -9,6 +9,7 @@ deregistration).
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from collections.abc import Callable
@@ -16,10 +17,13 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
+from rlstack.common.body_guard import DEFAULT_MAX_BYTES, DEFAULT_READ_TIMEOUT, BodyGuard
 from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
 from rlstack.common.settings import ServiceSettings
 from rlstack.common.supervise import Supervisor
@@ -36,14 +40,20 @@ def create_app(
     ready: ReadyCheck,
     supervisor: Supervisor,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+    max_request_bytes: int = DEFAULT_MAX_BYTES,
+    request_read_timeout: float = DEFAULT_READ_TIMEOUT,
 ) -> FastAPI:
     """A FastAPI app with the three operational routes and request-latency metrics.
 
     ``supervisor`` runs the service's loops (its lifespan starts them); health follows it, and
-    ``run_service`` takes the exit code from it.
+    ``run_service`` takes the exit code from it. Every request body is bounded by
+    ``max_request_bytes`` (after gzip inflation) and must arrive within ``request_read_timeout``
+    seconds (``body_guard``).
     """
     app = FastAPI(title=f"rlstack {service}", lifespan=lifespan)
+    app.add_middleware(BodyGuard, max_bytes=max_request_bytes, read_timeout=request_read_timeout)
     app.add_middleware(RequestLatencyMiddleware, registry=registry, service=service)
+    app.add_exception_handler(RequestValidationError, validation_error_response)
     app.state.supervisor = supervisor
 
     @app.get("/healthz", tags=["ops"])
@@ -59,6 +69,21 @@ def create_app(
         return metrics_response(registry)
 
     return app
+
+
+async def validation_error_response(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422, except that an echoed input JSON cannot carry (NaN, Infinity) is shown as text:
+    the stock handler raised on it, turning a bad request into a 500."""
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for err in exc.errors():
+        try:
+            safe = jsonable_encoder(err)
+            json.dumps(safe, allow_nan=False)
+        except (TypeError, ValueError):
+            safe = {**{k: v for k, v in err.items() if k not in ("input", "ctx")}, "input": repr(err.get("input"))[:200]}
+        errors.append(safe)
+    return JSONResponse({"detail": errors}, status_code=422)
 
 
 def health_response(service: str, supervisor: Supervisor) -> JSONResponse:

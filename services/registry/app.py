@@ -18,6 +18,9 @@ from rlstack.registry.prober import Prober
 from rlstack.registry.service import RegistryService
 from rlstack.registry.table import EndpointTable
 
+REQUEST_BYTES = 256 * 1024
+"""A registration or quarantine is a few hundred bytes; the bound keeps a flood of big bodies cheap."""
+
 
 def build_app(settings: RegistrySettings) -> FastAPI:
     registry = CollectorRegistry()
@@ -50,7 +53,7 @@ def build_app(settings: RegistrySettings) -> FastAPI:
 
     # The registry is ready as soon as it serves: an empty table is a valid answer.
     app = create_app(service="registry", registry=registry, ready=lambda: (True, {"endpoints": len(table.all())}),
-                     supervisor=supervisor, lifespan=lifespan)
+                     supervisor=supervisor, lifespan=lifespan, max_request_bytes=REQUEST_BYTES)
     app.state.registry = svc
     app.include_router(router)
     return app

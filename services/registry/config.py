@@ -21,6 +21,8 @@ class RegistrySettings(ServiceSettings):
     """Time allowed for one probe."""
     probe_api_key: SecretStr | None = None
     """Bearer key the replicas expect (vLLM --api-key)."""
+    max_endpoints: int = Field(default=256, ge=1, le=100_000)
+    """Most endpoints held at once; a new one past it gets 429 (each is probed every interval)."""
     max_watch_seconds: float = Field(default=60.0, gt=0, le=600)
     """Longest a watch request is held open."""
     kube_watch_pods: bool = False

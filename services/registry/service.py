@@ -9,11 +9,14 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from fastapi import HTTPException
+
 from rlstack.common.contracts.registry import Endpoint, EndpointList, EndpointRegistration
 from rlstack.common.supervise import Supervisor
 from rlstack.registry.config import RegistrySettings
 from rlstack.registry.prober import Prober
 from rlstack.registry.table import EndpointTable
+from rlstack.registry.urls import url_problem
 
 if TYPE_CHECKING:
     from rlstack.kube.replica_pods import GonePod  # lightkube is needed only when watching pods
@@ -31,7 +34,15 @@ class RegistryService:
         self.quarantined_total = 0
 
     def register(self, endpoint_id: str, reg: EndpointRegistration, now: float) -> Endpoint:
+        problem = url_problem(reg.url)
+        if problem is not None:
+            raise HTTPException(422, detail=[{"loc": ["body", "url"], "msg": problem, "type": "value_error"}])
         before = self.table.get(endpoint_id)
+        if before is None and len(self.table) >= self.settings.max_endpoints:
+            # Bounded: every endpoint is probed each interval and listed to every watcher.
+            raise HTTPException(429, detail=[{"loc": ["path", "endpoint_id"], "type": "registry_full", "msg":
+                                f"the registry holds {len(self.table)} endpoints (--max-endpoints); one must leave or expire first"}],
+                                headers={"Retry-After": str(int(self.settings.default_ttl_seconds))})
         entry = self.table.upsert(endpoint_id, reg, now)
         if before is None or before.url != entry.url or before.model != entry.model:
             log.info("endpoint %s registered at %s serving %s (v%d)", endpoint_id, entry.url, entry.model, entry.weight_version)

@@ -18,6 +18,9 @@ class EndpointTable:
         self._changed = asyncio.Event()
         self.expired_total = 0
 
+    def __len__(self) -> int:
+        return len(self._endpoints)
+
     def _bump(self) -> None:
         self.revision += 1
         self._changed.set()

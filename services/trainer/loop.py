@@ -145,7 +145,8 @@ class TrainingLoop:
     async def _register(self) -> None:
         await self.batcher.register_trainer(TrainerRegistration(
             batch_size=self.s.batch_size, max_token_len=self.s.max_token_len, checkpoint_dir=str(self.checkpoints),
-            save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps))
+            save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps,
+            vocab_size=getattr(self.model.config, "vocab_size", None)))
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------

@@ -8,15 +8,26 @@ validation module so they can report the exact offending field.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 MASKED = -100
 """A ``masks`` entry for a position that is not trained (prompt, tool output): Atropos's convention."""
 
 # Atropos clients send extra keys we don't know; ignoring them is the compatible choice.
 _lenient = ConfigDict(extra="ignore")
+
+MAX_ABS_VALUE = 1e9
+"""Largest |score|, |advantage| or |logprob| stored: the trainer's float32 group statistics of
+values this large stay finite (1e308 passes ``isfinite`` but its square does not)."""
+MAX_ID = 2**31 - 1
+
+# A group that arrived alone is served back to trainers as the client's own bytes, so what is
+# stored must already be what a trainer can use: no coercion of "5", 5.0 or true into 5.
+TokenId = Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]
+MaskValue = Annotated[int, Strict(), Field(ge=-100, le=MAX_ID)]
+Value = Annotated[float, Strict(), Field(ge=-MAX_ABS_VALUE, le=MAX_ABS_VALUE, allow_inf_nan=False)]
 
 
 class TrainerRegistration(BaseModel):
@@ -25,22 +36,24 @@ class TrainerRegistration(BaseModel):
     model_config = _lenient
     wandb_group: str = ""
     wandb_project: str = ""
-    batch_size: int = Field(ge=1)
-    max_token_len: int = Field(ge=1)
+    batch_size: int = Field(ge=1, le=MAX_ID)
+    max_token_len: int = Field(ge=1, le=MAX_ID)
     checkpoint_dir: str = ""
     save_checkpoint_interval: int = -1
-    starting_step: int = Field(default=0, ge=0)
+    starting_step: int = Field(default=0, ge=0, le=MAX_ID)
     num_steps: int = -1
+    vocab_size: int | None = Field(default=None, ge=1, le=MAX_ID)
+    """rlstack extension: the policy's vocabulary; the batcher then refuses token ids at or above it."""
 
 
 class EnvRegistration(BaseModel):
     """``POST /register-env``: an environment server joins."""
 
     model_config = _lenient
-    max_token_length: int = Field(ge=1)
-    desired_name: str = Field(min_length=1)
-    weight: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
-    group_size: int = Field(ge=1)
+    max_token_length: int = Field(ge=1, le=MAX_ID)
+    desired_name: str = Field(min_length=1, max_length=256)
+    weight: float = Field(default=1.0, ge=0.0, le=1e6, allow_inf_nan=False)
+    group_size: int = Field(ge=1, le=MAX_ID)
     min_batch_allocation: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
@@ -48,7 +61,7 @@ class EnvIdentifier(BaseModel):
     """Body of ``/disconnect-env`` and of the GET-with-body ``/status-env``."""
 
     model_config = _lenient
-    env_id: int = Field(ge=0)
+    env_id: int = Field(ge=0, le=MAX_ID)
 
 
 class ScoredData(BaseModel):
@@ -56,21 +69,23 @@ class ScoredData(BaseModel):
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    tokens: list[list[int]]
-    masks: list[list[int]]
-    scores: list[float]
-    advantages: list[list[float]] | None = None
-    ref_logprobs: list[list[float]] | None = None
+    tokens: list[list[TokenId]]
+    masks: list[list[MaskValue]]
+    """-100 (not trained) or the token id, as Atropos envs send them; never booleans."""
+    scores: list[Value]
+    advantages: list[list[Value]] | None = None
+    ref_logprobs: list[list[Value]] | None = None
     messages: list[list[dict[str, Any]]] | None = None
     generation_params: dict[str, Any] | None = None
-    inference_logprobs: list[list[float]] | None = None
+    inference_logprobs: list[list[Value]] | None = None
+    """vLLM's logprob of each token; when absent the trainer takes the step on-policy (its own logprobs)."""
     overrides: list[dict[str, Any]] | None = None
     group_overrides: dict[str, Any] | None = None
     images: Any | None = None
-    env_id: int | None = None
-    distill_token_ids: list[list[list[int]]] | None = None
-    distill_logprobs: list[list[list[float]]] | None = None
-    weight_version: int | None = Field(default=None, ge=0)
+    env_id: int | None = Field(default=None, ge=0, le=MAX_ID)
+    distill_token_ids: list[list[list[TokenId]]] | None = None
+    distill_logprobs: list[list[list[Value]]] | None = None
+    weight_version: int | None = Field(default=None, ge=0, le=MAX_ID)
     """rlstack extension: the policy version that generated the group (staleness filter)."""
 
     @field_validator("messages")

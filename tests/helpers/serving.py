@@ -1,0 +1,58 @@
+"""A real uvicorn server on loopback for an in-process app: real sockets, so tests can send what
+no HTTP client library would (short bodies, lying headers)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from rlstack.common.ports import free_port
+
+
+@contextlib.contextmanager
+def served(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` (lifespan included) on 127.0.0.1 until the block ends; yields its base URL."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def raw_request(base_url: str, data: bytes, timeout: float = 20.0) -> bytes:
+    """Send ``data`` as is on a fresh connection; what the server answered before closing or ``timeout``."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        with contextlib.suppress(TimeoutError):
+            while b"\r\n\r\n" not in answer or not _complete(answer):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        return answer
+
+
+def _complete(answer: bytes) -> bool:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
