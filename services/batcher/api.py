@@ -38,8 +38,9 @@ async def writer(request: Request) -> None:
     require_bearer(request, request.app.state.batcher.settings.auth_token)
 
 
-def _json(body: bytes) -> Response:
-    return Response(body, media_type="application/json")
+def _json(body: bytes, replayed: bool = False) -> Response:
+    """``Idempotent-Replayed: true`` marks the answer to a retried post whose key had already landed."""
+    return Response(body, media_type="application/json", headers={"Idempotent-Replayed": "true"} if replayed else None)
 
 
 router = APIRouter()
@@ -95,16 +96,16 @@ async def latest_example(svc: BatcherService = Depends(service)) -> Response:
 async def scored_data(request: Request) -> Response:
     svc: BatcherService = request.app.state.batcher
     require_bearer(request, svc.settings.auth_token)
-    await svc.post_groups(await request.body(), as_list=False)
-    return _json(b'{"status":"received"}')
+    _, replayed = await svc.post_groups(await request.body(), as_list=False, key=request.headers.get("idempotency-key"))
+    return _json(b'{"status":"received"}', replayed)
 
 
 @router.post("/scored_data_list")
 async def scored_data_list(request: Request) -> Response:
     svc: BatcherService = request.app.state.batcher
     require_bearer(request, svc.settings.auth_token)
-    count = await svc.post_groups(await request.body(), as_list=True)
-    return _json(b'{"status":"received","groups_processed":%d}' % count)
+    count, replayed = await svc.post_groups(await request.body(), as_list=True, key=request.headers.get("idempotency-key"))
+    return _json(b'{"status":"received","groups_processed":%d}' % count, replayed)
 
 
 @router.get("/status", response_model=Status)

@@ -15,11 +15,15 @@ from pydantic import BaseModel, Field, TypeAdapter
 from rlstack.common.contracts.atropos import EnvRegistration, TrainerRegistration
 
 _first_id = struct.Struct("<Q")
+_key_len = struct.Struct("<H")
+DIGEST_BYTES = 16
 
 
 class RecordKind(IntEnum):
     EVENT = 1
     GROUPS = 2
+    KEYED_GROUPS = 3
+    """Groups posted with an ``Idempotency-Key``: the key and the body's digest precede the JSON."""
 
 
 class TrainerRegistered(BaseModel):
@@ -63,8 +67,17 @@ class DataReset(BaseModel):
     kind: Literal["reset"] = "reset"
 
 
+class IdempotencyKeys(BaseModel):
+    """Written by compaction: the posts remembered by key, so a retry after a rewrite still lands once."""
+
+    kind: Literal["keys"] = "keys"
+    entries: list[tuple[str, str, int]]
+    """(key, body digest in hex, groups accepted), oldest first."""
+
+
 Event = Annotated[
-    TrainerRegistered | EnvRegistered | EnvDisconnected | BatchServed | GroupsDropped | Snapshot | DataReset,
+    TrainerRegistered | EnvRegistered | EnvDisconnected | BatchServed | GroupsDropped | Snapshot | DataReset
+    | IdempotencyKeys,
     Field(discriminator="kind"),
 ]
 event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
@@ -81,3 +94,18 @@ def encode_groups(first_id: int, raw_json: bytes) -> tuple[int, bytes]:
 def decode_groups(payload: bytes) -> tuple[int, bytes]:
     (first_id,) = _first_id.unpack_from(payload)
     return first_id, payload[_first_id.size :]
+
+
+def encode_keyed_groups(first_id: int, key: str, digest: bytes, raw_json: bytes) -> tuple[int, bytes]:
+    encoded = key.encode()
+    return RecordKind.KEYED_GROUPS, _first_id.pack(first_id) + _key_len.pack(len(encoded)) + encoded + digest + raw_json
+
+
+def decode_keyed_groups(payload: bytes) -> tuple[int, str, bytes, bytes]:
+    """(first group id, key, body digest, the groups' JSON)."""
+    (first_id,) = _first_id.unpack_from(payload)
+    (length,) = _key_len.unpack_from(payload, _first_id.size)
+    start = _first_id.size + _key_len.size
+    key = payload[start : start + length].decode()
+    digest = payload[start + length : start + length + DIGEST_BYTES]
+    return first_id, key, digest, payload[start + length + DIGEST_BYTES :]

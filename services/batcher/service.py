@@ -6,7 +6,10 @@ log and decides what is rejected (422), throttled (503) or accepted.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -14,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rlstack.batcher.config import BatcherSettings
 from rlstack.batcher.records import (
+    DIGEST_BYTES,
     BatchServed,
     DataReset,
     EnvDisconnected,
@@ -22,8 +26,10 @@ from rlstack.batcher.records import (
     RecordKind,
     TrainerRegistered,
     decode_groups,
+    decode_keyed_groups,
     encode_event,
     encode_groups,
+    encode_keyed_groups,
     event_adapter,
 )
 from rlstack.batcher.state import BatcherState
@@ -39,6 +45,8 @@ from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, Traine
 
 log = logging.getLogger(__name__)
 _group_list = TypeAdapter(list[ScoredData])
+KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")
+"""An ``Idempotency-Key``: printable ASCII without spaces, as in the IETF draft's examples (UUIDs)."""
 NO_TRAINER = {"status": "error", "message": "Trainer not registered. Call /register first.", "batch": []}
 
 
@@ -48,6 +56,8 @@ class BatcherService:
         self.state = BatcherState(max_staleness=settings.max_staleness)
         self.wal = wal
         self.rejected: dict[str, int] = {}
+        self._pending_keys: dict[str, asyncio.Task[int]] = {}
+        """Keyed posts being written now: a retry racing its original waits for it."""
 
     # ----- lifecycle -----
 
@@ -62,6 +72,11 @@ class BatcherService:
                 first_id, raw = decode_groups(payload)
                 groups, single = _parse_groups(raw)
                 self.state.add_groups(first_id, groups, single)
+            elif kind == RecordKind.KEYED_GROUPS:
+                first_id, key, digest, raw = decode_keyed_groups(payload)
+                groups, single = _parse_groups(raw)
+                self.state.add_groups(first_id, groups, single)
+                self.state.remember(key, digest, len(groups))
         log.info(
             "replayed %d records: step %d, %d groups queued, %d envs",
             count, self.state.step, len(self.state.queue), len(self.state.envs),
@@ -127,9 +142,32 @@ class BatcherService:
 
     # ----- scored data -----
 
-    async def post_groups(self, raw: bytes, as_list: bool) -> int:
-        """Validate, reserve queue room, log durably; returns the number of groups accepted."""
+    async def post_groups(self, raw: bytes, as_list: bool, key: str | None = None) -> tuple[int, bool]:
+        """Validate, reserve queue room, log durably; returns (groups accepted, whether ``key`` had
+        already landed: then nothing is added and the first answer is repeated)."""
         raw = raw.strip()
+        if key is None:
+            return await self._post(raw, as_list, None), False
+        if not KEY_PATTERN.fullmatch(key):
+            raise GroupRejected(422, [{"loc": ["header", "idempotency-key"], "type": "value_error",
+                                       "msg": "1 to 200 printable ASCII characters without spaces"}], "schema")
+        digest = hashlib.blake2b(raw, digest_size=DIGEST_BYTES).digest()
+        while (pending := self._pending_keys.get(key)) is not None:
+            await asyncio.wait([pending])  # the original is being written: its outcome decides
+        known = self.state.idempotency.get(key)
+        if known is not None:
+            if known[0] != digest:
+                raise GroupRejected(422, [{"loc": ["header", "idempotency-key"], "type": "value_error",
+                                           "msg": "this key was used for a different body"}], "key_reused")
+            return known[1], True
+        # A task of its own: a client that hangs up mid-write must not release the key before
+        # the record is durable (its retry would land a second time).
+        task = asyncio.get_running_loop().create_task(self._post(raw, as_list, (key, digest)))
+        self._pending_keys[key] = task
+        task.add_done_callback(lambda _: self._pending_keys.pop(key, None))
+        return await asyncio.shield(task), False
+
+    async def _post(self, raw: bytes, as_list: bool, keyed: tuple[str, bytes] | None) -> int:
         groups = self._validate(raw, as_list)
         sequences = sum(len(g.tokens) for g in groups)
         bound = self.settings.max_queue_sequences
@@ -146,9 +184,11 @@ class BatcherService:
         def apply() -> None:
             state.inflight_sequences -= sequences
             state.add_groups(first_id, groups, None if as_list else raw)
+            if keyed is not None:
+                state.remember(*keyed, len(groups))
 
         try:
-            kind, payload = encode_groups(first_id, raw)
+            kind, payload = encode_groups(first_id, raw) if keyed is None else encode_keyed_groups(first_id, *keyed, raw)
             await self.wal.append(kind, payload, on_durable=apply)
         except OSError:
             state.inflight_sequences -= sequences

@@ -20,12 +20,15 @@ from rlstack.batcher.records import (
     EnvRegistered,
     Event,
     GroupsDropped,
+    IdempotencyKeys,
     Snapshot,
     TrainerRegistered,
 )
 from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
 
 MIN_ENV_WEIGHT = 0.01  # as Atropos: a low-weight env is throttled, never starved
+REMEMBERED_KEYS = 65536
+"""Idempotency keys kept (oldest forgotten first): far more posts than any client retries across."""
 ALL_FIELDS = tuple(ScoredData.model_fields)
 
 
@@ -77,6 +80,9 @@ class BatcherState:
     def __init__(self, max_staleness: int | None = None) -> None:
         self.max_staleness = max_staleness
         self.counters = Counters()
+        self.idempotency: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        """Posts by ``Idempotency-Key``: (body digest, groups accepted). Kept across /reset_data:
+        a key names a request, and a retried request must not land after a reset either."""
         self._reset()
 
     def _reset(self) -> None:
@@ -120,6 +126,9 @@ class BatcherState:
                 self.next_group_id = max(self.next_group_id, next_id)
             case DataReset():
                 self._reset()
+            case IdempotencyKeys(entries=entries):
+                for key, digest, count in entries:
+                    self.remember(key, bytes.fromhex(digest), count)
 
     def add_groups(self, first_id: int, groups: list[ScoredData], raw_single: bytes | None = None) -> None:
         """Queue accepted groups; ``raw_single`` is the request body when it held one group."""
@@ -132,6 +141,12 @@ class BatcherState:
             self.counters.sequences_accepted += group.size
             self.latest = group
         self.next_group_id = max(self.next_group_id, first_id + len(groups))
+
+    def remember(self, key: str, digest: bytes, count: int) -> None:
+        self.idempotency[key] = (digest, count)
+        self.idempotency.move_to_end(key)
+        while len(self.idempotency) > REMEMBERED_KEYS:
+            self.idempotency.popitem(last=False)
 
     def _remove(self, ids: list[int]) -> list[QueuedGroup]:
         removed = []
@@ -219,6 +234,8 @@ class BatcherState:
     def snapshot_events(self) -> list[Event]:
         """Events that rebuild the non-group state; groups are written beside them."""
         events: list[Event] = [Snapshot(step=self.step, next_group_id=self.next_group_id)]
+        if self.idempotency:
+            events.append(IdempotencyKeys(entries=[(k, d.hex(), n) for k, (d, n) in self.idempotency.items()]))
         if self.trainer is not None:
             events.append(TrainerRegistered(registration=self.trainer))
         for env in self.envs:

@@ -8,6 +8,7 @@ caller's mistake or a batcher that forgot it (a reset) and raises ``BatcherRefus
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -67,7 +68,8 @@ class BatcherClient:
 
     async def post_group(self, group: ScoredData | dict[str, Any]) -> None:
         body = group.model_dump(exclude_none=True) if isinstance(group, ScoredData) else group
-        await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body)
+        # One key for every retry of this post: an answer lost after the batcher logged it must not land the group twice.
+        await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
 
     async def batch(self) -> list[dict[str, Any]] | None:
         """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready."""

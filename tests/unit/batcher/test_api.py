@@ -203,3 +203,78 @@ def test_ops_routes(client):
     metrics = client.get("/metrics").text
     assert "rlstack_batcher_queue_sequences" in metrics
     assert "rlstack_batcher_http_request_seconds_bucket" in metrics
+
+
+def test_idempotency_key_lands_a_retried_post_once_across_a_restart(make_client, tmp_path):
+    c = make_client()
+    c.post("/register", json=trainer_registration(batch_size=4))
+    c.post("/register-env", json=env_registration(group_size=2))
+    group = make_group(seed=7)
+    first = c.post("/scored_data", json=group, headers={"Idempotency-Key": "post-1"})
+    again = c.post("/scored_data", json=group, headers={"Idempotency-Key": "post-1"})
+    assert first.json() == again.json() == {"status": "received"}
+    assert "idempotent-replayed" not in first.headers and again.headers["idempotent-replayed"] == "true"
+    listed = c.post("/scored_data_list", json=[make_group(seed=8), make_group(seed=9)], headers={"Idempotency-Key": "list-1"})
+    assert listed.json() == {"status": "received", "groups_processed": 2}
+    assert c.get("/status").json()["queue_size"] == 3
+    c.__exit__(None, None, None)
+
+    restarted = make_client()  # same data dir: the log is replayed
+    retry = restarted.post("/scored_data_list", json=[make_group(seed=8), make_group(seed=9)], headers={"Idempotency-Key": "list-1"})
+    assert retry.json() == {"status": "received", "groups_processed": 2} and retry.headers["idempotent-replayed"] == "true"
+    assert restarted.post("/scored_data", json=group, headers={"Idempotency-Key": "post-1"}).headers["idempotent-replayed"] == "true"
+    assert restarted.get("/status").json()["queue_size"] == 3
+    # a key reused for another body is refused; a new key lands
+    reused = restarted.post("/scored_data", json=make_group(seed=10), headers={"Idempotency-Key": "post-1"})
+    assert reused.status_code == 422 and reused.json()["detail"][0]["loc"] == ["header", "idempotency-key"]
+    assert restarted.post("/scored_data", json=make_group(seed=10), headers={"Idempotency-Key": "post-2"}).status_code == 200
+    assert restarted.get("/status").json()["queue_size"] == 4
+
+
+def test_idempotency_keys_survive_compaction(tmp_path):
+    import asyncio
+
+    from rlstack.batcher.service import BatcherService
+    from rlstack.batcher.wal import WriteAheadLog
+    from rlstack.common.contracts.atropos import EnvRegistration, TrainerRegistration
+
+    async def run() -> None:
+        settings = BatcherSettings(data_dir=tmp_path, compact_min_bytes=0)
+        svc = BatcherService(settings, WriteAheadLog(tmp_path / "batcher.wal", "fsync"))
+        svc.replay()
+        await svc.register_trainer(TrainerRegistration.model_validate(trainer_registration(batch_size=2)))
+        await svc.register_env(EnvRegistration.model_validate(env_registration(group_size=2)))
+        body = orjson.dumps(make_group(seed=1))
+        assert await svc.post_groups(body, as_list=False, key="k1") == (1, False)
+        await svc.next_batch()  # consumed: only the key remembers the post
+        assert await svc.maybe_compact()
+        await svc.wal.close()
+
+        again = BatcherService(settings, WriteAheadLog(tmp_path / "batcher.wal", "fsync"))
+        again.replay()
+        assert await again.post_groups(body, as_list=False, key="k1") == (1, True)
+        assert again.state.available_groups == 0
+        await again.wal.close()
+
+    asyncio.run(run())
+
+
+def test_concurrent_retries_with_one_key_land_once(tmp_path):
+    import asyncio
+
+    from rlstack.batcher.service import BatcherService
+    from rlstack.batcher.wal import WriteAheadLog
+    from rlstack.common.contracts.atropos import EnvRegistration, TrainerRegistration
+
+    async def run() -> None:
+        svc = BatcherService(BatcherSettings(data_dir=tmp_path), WriteAheadLog(tmp_path / "batcher.wal", "fsync"))
+        svc.replay()
+        await svc.register_trainer(TrainerRegistration.model_validate(trainer_registration(batch_size=2)))
+        await svc.register_env(EnvRegistration.model_validate(env_registration(group_size=2)))
+        body = orjson.dumps(make_group(seed=1))
+        results = await asyncio.gather(*(svc.post_groups(body, as_list=False, key="same") for _ in range(8)))
+        assert sorted(replayed for _, replayed in results) == [False] + [True] * 7
+        assert svc.state.available_groups == 1
+        await svc.wal.close()
+
+    asyncio.run(run())
