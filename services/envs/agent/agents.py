@@ -35,14 +35,44 @@ def builtin_agent(limits: AgentLimits, python: str = sys.executable) -> AgentSpe
                           "RLSTACK_AGENT_TEMPERATURE": str(limits.temperature)})
 
 
+CLAUDE_CODE_TOOLS = "Bash,Read,Edit"
+"""claude-code's built-in tools in a trial: shell, read, edit. Under ``--bare`` these are all of
+its file tools (``Write`` is not offered there), each with a one-line description."""
+CLAUDE_CODE_SYSTEM_PROMPT = "You are a coding agent working in /app. Use the tools to do the task, then say Done."
+"""Replaces claude-code's default system prompt (about 10k tokens in the demo tokenizer)."""
+
+
 def claude_code_agent(binary: Path = CLAUDE_CODE_BIN) -> AgentSpec:
+    """claude-code in print mode with a prompt a tiny CPU policy can take: 26,885 tokens of first
+    request shrink to about 1,300 in the demo tokenizer (measured, docs/agent-trials.md).
+
+    ``--bare`` drops the environment, skills, agents and deferred-tool reminders and gives the
+    tools short descriptions; ``--tools`` keeps three tools of twelve; ``--system-prompt``
+    replaces the default one; ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` drops a billing line whose
+    hash changes from call to call (it would end every prefix-cache hit at the first line).
+    """
     if not binary.exists():
         raise FileNotFoundError(f"claude-code is not installed at {binary}: run `make setup-claude-code` "
                                 f"(npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION})")
-    return AgentSpec(name="claude-code", command=[str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER,
-                                                  "--dangerously-skip-permissions"],
+    command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",
+               "--tools", CLAUDE_CODE_TOOLS, "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT]
+    return AgentSpec(name="claude-code", command=command,
                      env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-                          "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1"})
+                          "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"})
+
+
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def command_agent(command: str) -> AgentSpec:
+    """Any scaffold as a command line (``--agent-command``). A relative program path
+    (``.venv-mini/bin/mini``) is made absolute here, since the agent runs in /app; the agent is
+    named after its program (the first word after ``env VAR=...``)."""
+    argv = agent_argv(command)
+    if "/" in argv[0] and not Path(argv[0]).is_absolute():
+        argv[0] = str(Path(argv[0]).resolve())
+    program = next((a for a in argv if a != "env" and not ENV_ASSIGNMENT.match(a)), argv[0])
+    return AgentSpec(name=Path(program).name or "command", command=argv)
 
 
 def trial_env(agent: AgentSpec, proxy_url: str, run: str, trial: str, key: str, model: str) -> dict[str, str]:

@@ -1,0 +1,147 @@
+"""A scripted teacher: an OpenAI-compatible upstream that answers generated tasks with their
+reference tool calls, so a real agent CLI runs its real loop through the real proxy.
+
+It stands where a vLLM replica stands (the registry lists it, LiteLLM in the proxy routes to it),
+so what claude-code sends reaches it in exactly the OpenAI form vLLM would be asked to render:
+LiteLLM turns the teacher's ``tool_calls`` into ``tool_use`` blocks, claude-code executes them
+and sends back ``tool_result``s. Every request and answer is recorded: that record is the
+claude-code warm-start corpus (``claude_code_corpus.py``). Not a stand-in for vLLM in tests of
+vLLM: it has no tokens and no logprobs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rlstack.envs.harbor.make_tasks import BUGS, TaskSpec
+
+FINAL_TEXT = "Done."
+"""The teacher's last turn: a plain answer with no tool call, which ends claude-code's loop."""
+BASH = "Bash"
+
+
+def _family(spec: TaskSpec) -> str:
+    return spec.name.rsplit("-s", 1)[0]
+
+
+INPUT_FILE = {"sum-numbers": "numbers.txt", "count-lines": "words.txt", "uppercase": "input.txt",
+              "json-port": "config.json", "fix": "calc.py"}
+OUTPUT_FILE = {"multiply": "answer.txt", "write-greeting": "greeting.txt"}
+
+
+def reference_commands(spec: TaskSpec, transcript: str) -> list[str]:
+    """Two bash commands per task: look at the input, then solve (or solve, then check the output).
+
+    For ``fix`` the second command depends on what the first showed (``transcript``: the
+    conversation's text so far), as a teacher reading its observations would.
+    """
+    family = _family(spec)
+    if family == "multiply":
+        a, b = re.search(r"Compute (\d+) \* (\d+)", spec.instruction).groups()
+        return [f"echo $(({a} * {b})) > /app/answer.txt", "cat /app/answer.txt"]
+    if family in OUTPUT_FILE:
+        return [spec.solve.strip(), f"cat /app/{OUTPUT_FILE[family]}"]
+    look = f"cat /app/{INPUT_FILE[family]}"
+    if family == "fix":
+        seen = [(b, f) for _, b, f, _ in BUGS if b in transcript]
+        if not seen:
+            return [look, look]  # the file was not shown yet: look again
+        buggy, fixed = seen[-1]
+        return [look, f"sed -i 's/{buggy}/{fixed}/' /app/calc.py"]
+    return [look, spec.solve.strip()]
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+@dataclass
+class Exchange:
+    """One call as the teacher saw it: the OpenAI request body and the assistant message it answered."""
+
+    request: dict[str, Any]
+    response: dict[str, Any]
+    task: str | None
+    received_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "received_at": self.received_at, "request": self.request, "response": self.response}
+
+
+class Teacher:
+    """Answers each call from the task whose instruction appears in the conversation."""
+
+    def __init__(self, tasks: list[TaskSpec], served_model: str = "policy", max_model_len: int = 1_000_000) -> None:
+        self.tasks = {spec.instruction.strip(): spec for spec in tasks}
+        self.served_model, self.max_model_len = served_model, max_model_len
+        self.exchanges: list[Exchange] = []
+        self._lock = threading.Lock()
+
+    def find_task(self, messages: list[dict[str, Any]]) -> TaskSpec | None:
+        users = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
+        return next((spec for text, spec in self.tasks.items() if text in users), None)
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The next assistant message: the next reference tool call, or the final text."""
+        messages = body.get("messages") or []
+        spec = self.find_task(messages)
+        if spec is None or not body.get("tools"):
+            message: dict[str, Any] = {"role": "assistant", "content": "ok"}  # a side call (title, ping)
+        else:
+            done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+            commands = reference_commands(spec, "\n".join(message_text(m) for m in messages))
+            if done < len(commands):
+                call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
+                        "function": {"name": BASH, "arguments": json.dumps({"command": commands[done]}, ensure_ascii=False)}}
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            else:
+                message = {"role": "assistant", "content": FINAL_TEXT}
+        with self._lock:
+            self.exchanges.append(Exchange(body, message, spec.name if spec else None))
+        return message
+
+    def app(self) -> Starlette:
+        async def models(request: Request) -> JSONResponse:
+            return JSONResponse({"object": "list", "data": [{"id": self.served_model, "object": "model",
+                                                             "owned_by": "rlstack-teacher", "max_model_len": self.max_model_len}]})
+
+        async def health(request: Request) -> JSONResponse:
+            return JSONResponse({"ok": True})
+
+        async def chat(request: Request) -> JSONResponse:
+            try:
+                body = await request.json()
+            except json.JSONDecodeError:
+                return JSONResponse({"error": {"message": "body: not valid JSON", "param": None}}, status_code=400)
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                return JSONResponse({"error": {"message": "messages: required (a list)", "param": "messages"}}, status_code=400)
+            message = self.answer(body)
+            return JSONResponse({
+                "id": f"chatcmpl-{secrets.token_hex(8)}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model") or self.served_model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+
+        return Starlette(routes=[Route("/v1/models", models), Route("/health", health),
+                                 Route("/v1/chat/completions", chat, methods=["POST"])])
+
+    def dump(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e.to_json() for e in self.exchanges]
