@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.kube_sandboxes import sandbox_manager
 from rlstack.envs.runner import EnvMetrics, EnvRunner
 
 
@@ -51,20 +52,15 @@ def build_app(settings: EnvSettings) -> FastAPI:
 
     @app.post("/evaluate", tags=["env"])
     async def evaluate() -> dict:
-        """Greedy held-out accuracy of the policy being served now."""
+        """Held-out score of the policy being served now: greedy accuracy (single-turn tasks), or
+        the pass rate of one trial per held-out task (harbor)."""
         if settings.task == "harbor":
-            raise HTTPException(404, "the harbor task has no held-out evaluation; its training reward is the signal")
+            from rlstack.envs.agent.runner import NoHeldOutTasks
+
+            try:
+                return await runner.evaluate()
+            except NoHeldOutTasks as exc:
+                raise HTTPException(404, f"heldout_size: {exc}") from None
         return await runner.evaluate()
 
     return app
-
-
-def sandbox_manager(settings: EnvSettings):  # noqa: ANN201 - lightkube is imported only when used
-    from rlstack.kube.connection import connect
-    from rlstack.kube.sandboxes import SandboxManager, SandboxOwner
-
-    client = connect(settings.kube_api_url, settings.kube_namespace)
-    owner = SandboxOwner(name=settings.pod_name, uid=settings.pod_uid) if settings.pod_name and settings.pod_uid else None
-    manager = SandboxManager(client, settings.kube_namespace or client.namespace, settings.run_id, owner=owner,
-                             ttl_seconds=settings.sandbox_ttl_seconds, finished_grace_seconds=settings.sandbox_grace_seconds)
-    return client, manager

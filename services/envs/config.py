@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,7 +34,8 @@ class HarborSpec(BaseModel):
 
     kind: Literal["harbor"] = "harbor"
     tasks_dir: Path
-    agent: Literal["builtin", "claude-code"]
+    agent: Literal["builtin", "claude-code", "command"]
+    agent_command: str | None = None
     sandbox: Literal["local", "kubernetes"]
 
 
@@ -46,7 +48,7 @@ _TASK_SPEC: TypeAdapter[ArithmeticSpec | Gsm8kSpec | HarborSpec] = TypeAdapter(T
 TASK_FIELDS: dict[str, frozenset[str]] = {
     "arithmetic": frozenset({"difficulty", "max_operand", "format_reward"}),
     "gsm8k": frozenset({"dataset_path"}),
-    "harbor": frozenset({"tasks_dir", "agent", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries"}),
+    "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries"}),
 }
 """Settings that mean something for one task only; setting one for another task is a mistake worth an error.
 (Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)"""
@@ -86,12 +88,17 @@ class EnvSettings(ServiceSettings):
     max_operand: int = Field(default=20, ge=1)
     format_reward: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
-    heldout_size: int = Field(default=64, ge=0)
-    """Problems kept out of training and answered greedily by POST /evaluate."""
+    heldout_size: int | None = Field(default=None, ge=0)
+    """Problems (harbor: tasks of the dataset) kept out of training and answered by POST /evaluate.
+    Unset: 64 for single-turn tasks, 0 for ``harbor`` (a dataset is small; say how many to hold out)."""
     tasks_dir: Path | None = None
     """harbor: a Harbor dataset (a directory of task directories)."""
-    agent: Literal["builtin", "claude-code"] = "builtin"
-    """harbor: who works on the tasks."""
+    agent: Literal["builtin", "claude-code", "command"] = "builtin"
+    """harbor: who works on the tasks; ``command`` runs ``agent_command`` (set by giving it)."""
+    agent_command: str | None = None
+    """harbor: any agent, as a shell-style command line run in /app, e.g. ``mini -y -t {instruction}``.
+    A word equal to ``{instruction}`` becomes the task's instruction; the agent finds the proxy in
+    OPENAI_BASE_URL / ANTHROPIC_BASE_URL and its key in OPENAI_API_KEY / ANTHROPIC_API_KEY."""
     sandbox: Literal["local", "kubernetes"] = "local"
     """harbor: where trials run (``local``: bubblewrap on this host; ``kubernetes``: a pod per trial)."""
     sandbox_image: str | None = None
@@ -143,9 +150,35 @@ class EnvSettings(ServiceSettings):
                 raise ValueError(f"{', '.join(stray)}: only for task {kind!r}, but task is {self.task!r}")
         if self.task == "harbor" and self.tasks_dir is None:
             raise ValueError("tasks_dir: task 'harbor' needs a Harbor dataset directory (--tasks-dir)")
+        if self.agent_command is not None:
+            agent_argv(self.agent_command)  # a command that cannot be split fails here, not at the first trial
+            if "agent" in self.model_fields_set and self.agent != "command":
+                raise ValueError(f"agent_command: runs instead of agent {self.agent!r}; leave --agent unset (or 'command')")
+            self.agent = "command"
+        elif self.agent == "command":
+            raise ValueError("agent_command: --agent command needs the command line (--agent-command '...')")
+        if self.heldout_size is None:
+            self.heldout_size = 0 if self.task == "harbor" else 64
         return self
 
     @property
     def task_spec(self) -> ArithmeticSpec | Gsm8kSpec | HarborSpec:
         fields = {name: getattr(self, name) for name in _SPEC_FIELDS[self.task]}
         return _TASK_SPEC.validate_python({"kind": self.task, **fields})
+
+
+def agent_argv(command: str) -> list[str]:
+    """``agent_command`` split as a POSIX shell would (no shell runs it); ``{instruction}`` must be a word of its own."""
+    from rlstack.envs.trials.records import INSTRUCTION_PLACEHOLDER
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"agent_command: {exc} in {command!r}") from None
+    if not argv:
+        raise ValueError("agent_command: empty command")
+    inside = [a for a in argv if INSTRUCTION_PLACEHOLDER in a and a != INSTRUCTION_PLACEHOLDER]
+    if inside:
+        raise ValueError(f"agent_command: {INSTRUCTION_PLACEHOLDER} must be a word of its own (quote nothing around it), "
+                         f"not part of {inside[0]!r}; the instruction is also in $RLSTACK_INSTRUCTION_FILE")
+    return argv

@@ -1,18 +1,21 @@
 """The agents an agent env can run, as ``AgentSpec``s, and the environment that points each at
 its trial's proxy URL with its trial key.
 
-Both agents are installed before any trial starts (the built-in one is this package; claude-code
-is a pinned npm install, ``make setup-claude-code``, or the image): a trial never downloads.
+Both shipped agents are installed before any trial starts (the built-in one is this package;
+claude-code is a pinned npm install, ``make setup-claude-code``, or the image): a trial never
+downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from rlstack.common.trial_keys import agent_env
+from rlstack.envs.config import agent_argv
 from rlstack.envs.trials.records import INSTRUCTION_PLACEHOLDER, AgentSpec
 
 CLAUDE_CODE_VERSION = "2.1.330"
@@ -78,6 +81,6 @@ def command_agent(command: str) -> AgentSpec:
 def trial_env(agent: AgentSpec, proxy_url: str, run: str, trial: str, key: str, model: str) -> dict[str, str]:
     """Where the agent finds the policy: the trial's prefix on the proxy (both API dialects), its key, the model."""
     env = {**agent_env(proxy_url, run, trial, key), "OPENAI_MODEL": model}
-    if agent.name == "claude-code":
-        env["ANTHROPIC_MODEL"] = "claude-sonnet-4-5"  # any claude-* name: the proxy maps it onto the policy
+    if agent.name != "builtin":  # an Anthropic client needs a model name: any claude-* maps onto the policy
+        env["ANTHROPIC_MODEL"] = "claude-sonnet-4-5"
     return env

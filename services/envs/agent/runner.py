@@ -12,6 +12,8 @@ it still fails the group is dropped and counted, never posted with a made-up rew
 from __future__ import annotations
 
 import asyncio
+import collections
+import hashlib
 import itertools
 import logging
 import math
@@ -25,10 +27,16 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory, trajectory_size
-from rlstack.envs.agent.agents import AgentLimits, builtin_agent, claude_code_agent, trial_env
+from rlstack.envs.agent.agents import (
+    AgentLimits,
+    builtin_agent,
+    claude_code_agent,
+    command_agent,
+    trial_env,
+)
 from rlstack.envs.agent.assemble import Assembly, assemble
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.harbor.dataset import load_dataset
+from rlstack.envs.harbor.dataset import Dataset, load_dataset
 from rlstack.envs.harbor.task import HarborTask
 from rlstack.envs.runner import EnvMetrics, EnvRunner
 from rlstack.envs.sandboxes import (
@@ -76,22 +84,40 @@ class AgentMetrics:
                                        "policy would be too far ahead", ["env"], registry=registry)
 
 
-class HarborTasks:
-    """The dataset as an endless stream: every task once per epoch, in a seeded order."""
+class NoHeldOutTasks(LookupError):
+    """POST /evaluate on an env that holds no tasks out (``heldout_size`` 0)."""
 
-    def __init__(self, tasks_dir: Path, seed: int) -> None:
-        self.dataset = load_dataset(tasks_dir)
-        self.seed = seed
+
+class HarborTasks:
+    """The dataset as an endless stream: every training task once per epoch, in a seeded order.
+
+    ``heldout_size`` tasks never enter the stream; POST /evaluate runs them. They are the tasks
+    whose names hash lowest: the same split for every seed, and adding tasks moves few of them.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, heldout_size: int = 0) -> None:
+        if heldout_size and heldout_size >= len(dataset):
+            raise ValueError(f"heldout_size: holding out {heldout_size} of the {len(dataset)} tasks in "
+                             f"{dataset.root} leaves none to train on")
+        ranked = sorted(dataset.tasks, key=lambda t: hashlib.sha256(t.short_name.encode()).hexdigest())
+        held = {t.short_name for t in ranked[:heldout_size]}
+        self.dataset, self.seed = dataset, seed
+        self.training = [t for t in dataset.tasks if t.short_name not in held]
+        self._heldout = [t for t in dataset.tasks if t.short_name in held]
+
+    @classmethod
+    def load(cls, tasks_dir: Path, seed: int, heldout_size: int = 0) -> HarborTasks:
+        return cls(load_dataset(tasks_dir), seed, heldout_size)
 
     def stream(self) -> Iterator[HarborTask]:
         rng = random.Random(self.seed)
         for _ in itertools.count():
-            order = list(self.dataset.tasks)
+            order = list(self.training)
             rng.shuffle(order)
             yield from order
 
     def heldout(self) -> list[HarborTask]:
-        return []
+        return list(self._heldout)
 
 
 class TrialOutcome:
@@ -111,10 +137,11 @@ class TrialOutcome:
 
 class AgentEnvRunner(EnvRunner):
     def __init__(self, settings: EnvSettings, metrics: EnvMetrics, agent_metrics: AgentMetrics,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, tasks: HarborTasks | None = None) -> None:
         if settings.tasks_dir is None:
             raise ValueError("task harbor needs --tasks-dir (a directory of Harbor tasks)")
-        super().__init__(settings, metrics, task=HarborTasks(settings.tasks_dir, settings.seed))
+        tasks = tasks or HarborTasks.load(settings.tasks_dir, settings.seed, settings.heldout_size or 0)
+        super().__init__(settings, metrics, task=tasks)
         self.am = agent_metrics
         self._kube = None  # the API client of the kubernetes backend
         self.agent = self._agent_spec()
@@ -124,11 +151,14 @@ class AgentEnvRunner(EnvRunner):
         self.groups_started = 0
         self.instance = secrets.token_hex(3)
         """In every trial id: a restarted env never reuses a trial directory."""
+        self.evaluations = itertools.count()
         self._limit: int | None = None
 
     def _agent_spec(self) -> AgentSpec:
         if self.s.agent == "claude-code":
             return claude_code_agent(self.s.claude_code_bin)
+        if self.s.agent == "command" and self.s.agent_command is not None:
+            return command_agent(self.s.agent_command)
         return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
                                          temperature=self.s.temperature))
 
@@ -136,7 +166,7 @@ class AgentEnvRunner(EnvRunner):
         if self.s.sandbox == "kubernetes":
             if not (self.s.sandbox_image and self.s.sandbox_claim):
                 raise ValueError("--sandbox kubernetes needs --sandbox-image and --sandbox-claim")
-            from rlstack.envs.app import sandbox_manager
+            from rlstack.envs.kube_sandboxes import sandbox_manager
 
             self._kube, manager = sandbox_manager(self.s)
             config = KubernetesSandboxConfig(image=self.s.sandbox_image, claim_name=self.s.sandbox_claim,
@@ -182,13 +212,14 @@ class AgentEnvRunner(EnvRunner):
             raise
 
     async def _wait_for_staleness_room(self) -> None:
-        """AReaL's rule: start group g only while g < (version + max_staleness + 1) * groups per batch."""
+        """AReaL's rule: start group g only while g < (version + max_staleness + 1) * groups per batch,
+        with the trainer's version (the newest a replica holds), never a lagging replica's."""
         if self.s.max_staleness is None:
             return
         per_batch = math.ceil((self.batch_size or self.s.group_size) / self.s.group_size)
         waited = False
         while True:
-            version = await self.weight_version() or 0
+            version = await self.policy_version()
             if self.groups_started < (version + self.s.max_staleness + 1) * per_batch:
                 return
             if not waited:
@@ -208,9 +239,10 @@ class AgentEnvRunner(EnvRunner):
         raise GroupDropped(f"task {task.short_name}: trial {trial} could not be scored after {attempt} attempt(s): "
                            f"{outcome.result.status} {outcome.result.error or _why(outcome)}")
 
-    async def _trial(self, task: HarborTask, trial: str, attempt: int) -> TrialOutcome:
-        env = trial_env(self.agent, str(self.s.proxy_url), self.s.run_id, trial, self._trial_key(trial), self.s.served_model)
-        spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=self.agent, env=env,
+    async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
+        agent = agent or self.agent
+        env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, self._trial_key(trial), self.s.served_model)
+        spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
                          agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
         async with self.slots:
             self.am.trials_started.labels(self.s.name).inc()
@@ -233,17 +265,17 @@ class AgentEnvRunner(EnvRunner):
                 failed_calls=assembly.failed_calls, retried_calls=assembly.retried_calls, sequences=len(assembly.sequences),
                 trained_tokens=sum(s.trained_tokens for s in assembly.sequences), merge_share=assembly.merge_share)
             await asyncio.to_thread(write_result, paths, result)
-            await asyncio.to_thread(self._export_atif, paths)
+            await asyncio.to_thread(self._export_atif, paths, agent.name)
         limit = await self.token_limit()
         if self.trainer_token_limit:
             limit = min(limit, self.trainer_token_limit)
         return TrialOutcome(result, assembly, limit)
 
-    def _export_atif(self, paths: TrialPaths) -> None:
+    def _export_atif(self, paths: TrialPaths, agent: str) -> None:
         from rlstack.envs.trials.atif import write_atif
 
         try:
-            write_atif(paths.root, self.agent.name)
+            write_atif(paths.root, agent)
         except Exception:  # an export is a convenience: never lose a scored trial over it
             log.exception("ATIF export of %s failed", paths.root)
 
@@ -260,6 +292,31 @@ class AgentEnvRunner(EnvRunner):
         if not seen:
             return []
         return await asyncio.to_thread(read_trajectory, paths.root)
+
+    async def one_trial(self, task: HarborTask, trial: str, agent: AgentSpec | None = None) -> TrialOutcome:
+        """One trial outside any group (``rlstack trial``): run, its logged calls, assembly, result.json."""
+        return await self._trial(task, trial, 1, agent)
+
+    async def evaluate(self) -> dict:
+        """Pass rate on the held-out tasks: one trial each (the built-in agent sampling greedily,
+        any other agent as configured). A trial passes when it ends ``ok`` with reward 1; one that
+        does not finish does not pass, and ``statuses`` says how each ended."""
+        held = self.task.heldout()
+        if not held:
+            raise NoHeldOutTasks("no held-out tasks: start the env with --heldout-size N to keep N tasks for evaluation")
+        version = await self.weight_version()
+        agent = self.agent
+        if agent.name == "builtin":
+            agent = builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens, temperature=0.0))
+        number = next(self.evaluations)
+        outcomes = await asyncio.gather(*(self._trial(task, f"{self.s.name}-eval-{self.instance}-e{number}-t{i}", 1, agent)
+                                          for i, task in enumerate(held)))
+        rewards = [o.result.reward for o in outcomes if o.result.status == TrialStatus.OK and o.result.reward is not None]
+        passed = sum(r >= 1.0 for r in rewards)
+        statuses = collections.Counter(o.result.status.value for o in outcomes)
+        log.info("evaluation %d: %d of %d held-out tasks passed (%s)", number, passed, len(held), dict(statuses))
+        return {"accuracy": passed / len(held), "problems": len(held), "weight_version": version,
+                "reward_mean": sum(rewards) / len(rewards) if rewards else None, "statuses": dict(statuses)}
 
     def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict:
         rewards = [o.result.reward for o in outcomes]
