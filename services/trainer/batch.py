@@ -3,6 +3,10 @@
 Sequence i predicts token t+1 from tokens <= t, so every per-token quantity is shifted by one:
 targets are tokens[1:], the loss mask is masks[1:] != -100, and the inference logprob of
 target t+1 is inference_logprobs[t+1] (vLLM reports each sampled token's own logprob).
+
+A group without ``inference_logprobs`` (every unmodified Atropos env) has no behaviour policy to
+take the ratio against: its rows are marked ``on_policy`` and the step takes their ratio against
+the trainer's own logprobs at the step's start (plain on-policy GRPO), never against zeros.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [B, T]
     rewards: torch.Tensor  # [B]
     weight_versions: list[int | None]
+    on_policy: torch.Tensor | None = None  # [B] bool: no inference logprobs were sent for the row
+
+    def __post_init__(self) -> None:
+        if self.on_policy is None:
+            self.on_policy = torch.zeros(self.input_ids.shape[0], dtype=torch.bool)
 
     @property
     def trained_tokens(self) -> int:
@@ -33,13 +42,15 @@ class TrainBatch:
 
 
 def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
-    rows, advantages, rewards, versions = [], [], [], []
+    rows, advantages, rewards, versions, on_policy = [], [], [], [], []
     for group in groups:
         scores = torch.tensor(group["scores"], dtype=torch.float32)
         sent = group.get("advantages")
         adv = torch.tensor([a[0] for a in sent]) if sent and all(len(a) == 1 for a in sent) else group_advantages(scores)
+        sampled = group.get("inference_logprobs")
         for i, tokens in enumerate(group["tokens"]):
-            logprobs = (group.get("inference_logprobs") or [[0.0] * len(tokens)])[i]
+            logprobs = sampled[i] if sampled else [0.0] * len(tokens)
+            on_policy.append(not sampled)
             rows.append((tokens, group["masks"][i], logprobs))
             advantages.append(float(adv[i]))
             rewards.append(float(scores[i]))
@@ -59,4 +70,4 @@ def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
         inference[i, :n] = torch.tensor(logprobs[1:], dtype=torch.float32)
         attention[i, :n] = 1
     return TrainBatch(input_ids, targets, loss_mask, inference, torch.tensor(advantages), attention,
-                      torch.tensor(rewards), versions)
+                      torch.tensor(rewards), versions, torch.tensor(on_policy, dtype=torch.bool))

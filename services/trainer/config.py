@@ -123,6 +123,12 @@ class TrainerSettings(ServiceSettings):
     """Probe gap allowed for every replica; by default it follows each replica's dtype."""
     sync_every: int = Field(default=1, ge=1)
     """Publish new weights every this many steps (and after the last)."""
+    mismatch_versions: int = Field(default=3, ge=0, le=64)
+    """Published versions whose trainable weights are kept in host memory, so rows sampled by them
+    are checked for training–inference mismatch under their own weights; set it to the batcher's
+    ``max_staleness`` + 1 to cover every row that can arrive. 0 checks only current-version rows."""
+    mismatch_sample: int = Field(default=8, ge=0)
+    """Rows of older versions scored per step under their own weights (a no-grad forward each)."""
     checkpoint_every: int = Field(default=10, ge=1)
     keep_checkpoints: int = Field(default=2, ge=1)
     torch_threads: int | None = Field(default=None, ge=1)

@@ -23,7 +23,9 @@ from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.distributed import DistContext, broadcast_object, init_distributed, shard
 from rlstack.trainer.logprobs import PolicyLogprobs
+from rlstack.trainer.mismatch import MismatchAccumulator
 from rlstack.trainer.step import StepStats, grpo_step
+from rlstack.trainer.versions import VersionStore, pick_rows, score_sample
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class Engine:
         """Rank 0's receivers of every rank's handles to each layer, and of the end, during ``share``."""
         self.ipc_source: Any = None
         """This rank's ``sync.ipc.IpcSource`` (its GPU); set before ``load`` to share another way (tests on CPU)."""
+        self.versions = VersionStore(settings.mismatch_versions)
+        """The trainable weights of recent published versions (this rank's shard), for the mismatch of older rows."""
         self._lock = threading.Lock()
 
     # -- rank 0 drives, every other rank follows --------------------------------------------
@@ -118,8 +122,18 @@ class Engine:
             checkpoint.load_training_state(resume, policy, self.optimizer, sharded=ctx.launched)
 
     def step(self, groups: list[dict], version: int) -> StepStats:
-        return grpo_step(self.policy, self.optimizer, to_tensors(groups), self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
-                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx)
+        """One GRPO step; first, a sample of rows from older kept versions is scored under their own
+        weights, so the step's mismatch covers more than the current version's rows."""
+        batch = to_tensors(groups)
+        mismatch = MismatchAccumulator()
+        rows = pick_rows(batch, version, self.versions, self.s.mismatch_sample, seed=version)
+        score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx)
+        return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
+                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch)
+
+    def remember(self, version: int) -> None:
+        """Keep the current weights as ``version`` (called when they are published)."""
+        self.versions.remember(version, [p for p in self.policy.parameters() if p.requires_grad])
 
     def save(self, directory: Path, state: checkpoint.CheckpointState, keep: int) -> Path:
         if self.ctx.launched:

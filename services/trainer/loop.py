@@ -198,9 +198,11 @@ class TrainingLoop:
     async def _publish(self) -> float | None:
         if self.publisher is None:
             self.weight_version = self.step
+            await asyncio.to_thread(self.engine.call, "remember", self.weight_version)
             return None
         report = await self.publisher.publish(self.model, self.step)
         self.weight_version = report.version
+        await asyncio.to_thread(self.engine.call, "remember", self.weight_version)  # rows sampled by it are checked under it
         self.metrics.observe_sync(report)
         return report.seconds
 
@@ -246,6 +248,7 @@ class TrainingLoop:
             m.mismatch_abs_mean.set(r.mismatch.abs_mean)
             m.mismatch_abs_max.set(r.mismatch.abs_max)
             m.mismatch_ratio_outside.set(r.mismatch.ratio_outside)
+        m.mismatch_checked_share.set(r.mismatch.share or 0.0 if r.mismatch is not None else 0.0)
         m.tokens.inc(r.tokens)
         m.step_seconds.observe(r.step_seconds)
         self.recent_rewards.append(r.reward_mean)
@@ -258,6 +261,7 @@ class TrainingLoop:
 
     async def run(self) -> None:
         await asyncio.to_thread(self._load)
+        await asyncio.to_thread(self.engine.call, "remember", self.weight_version)
         if self.s.wandb_project:
             from rlstack.trainer.tracking import WandbTracker
 

@@ -32,14 +32,16 @@ class TrainerMetrics:
                                      registry=registry)
         self.sync_probe_gap = Gauge("rlstack_trainer_sync_probe_gap", "Largest mean |Δlogprob| of the probe over replicas, last sync",
                                     registry=registry)
-        self.mismatch_kl = Gauge("rlstack_trainer_mismatch_kl", "Mean k3 KL between inference and trainer logprobs, same weights",
+        self.mismatch_kl = Gauge("rlstack_trainer_mismatch_kl", "Mean k3 KL between inference and trainer logprobs, each token under the version that sampled it",
                                  registry=registry)
-        self.mismatch_abs_mean = Gauge("rlstack_trainer_mismatch_abs_mean", "Mean |Δlogprob| inference vs trainer, same weights",
+        self.mismatch_abs_mean = Gauge("rlstack_trainer_mismatch_abs_mean", "Mean |Δlogprob| inference vs trainer, checked tokens",
                                        registry=registry)
-        self.mismatch_abs_max = Gauge("rlstack_trainer_mismatch_abs_max", "Max |Δlogprob| inference vs trainer, same weights",
+        self.mismatch_abs_max = Gauge("rlstack_trainer_mismatch_abs_max", "Max |Δlogprob| inference vs trainer, checked tokens",
                                       registry=registry)
         self.mismatch_ratio_outside = Gauge("rlstack_trainer_mismatch_ratio_outside",
-                                            "Share of same-weights tokens whose trainer/inference ratio is outside [0.5, 2]", registry=registry)
+                                            "Share of checked tokens whose trainer/inference ratio is outside [0.5, 2]", registry=registry)
+        self.mismatch_checked_share = Gauge("rlstack_trainer_mismatch_checked_share",
+                                            "Share of the last step's trained tokens whose mismatch was checked", registry=registry)
         self.batch_wait_seconds = Counter("rlstack_trainer_batch_wait_seconds", "Seconds spent waiting for batches", registry=registry)
 
     def observe_sync(self, report: SyncReport) -> None:

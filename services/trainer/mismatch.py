@@ -4,8 +4,11 @@ own under the same weights.
 With identical weights the two differ only by numerics (kernels, dtype): a mean k3 KL around
 1e-3 in bf16, ~1e-6 in float32. A jump to ~1 means the replicas serve something else than the
 trainer holds (a broken weight sync, a wrong adapter): prime-rl found a reload that wrote
-garbage only through this number. Only tokens sampled by the trainer's current weights version
-count: for older tokens the gap is the policy's own change, not a mismatch.
+garbage only through this number. Every token is compared with the trainer's logprob under the
+very version that sampled it: the step's own forward gives that for free on rows of the current
+version, and the trainer keeps the versions still in flight (``VersionStore``) to score a sample
+of older rows under theirs. Comparing an older token with today's weights would measure the
+policy's own change, not a mismatch.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Mismatch(BaseModel):
     ratio_outside: float
     """Share of tokens whose trainer/inference probability ratio lies outside RATIO_BAND."""
     tokens: int
+    share: float | None = None
+    """Checked tokens over the step's trained tokens: how much of what was trained this figure covers."""
 
 
 class MismatchAccumulator:
@@ -50,7 +55,7 @@ class MismatchAccumulator:
         self.outside += int(((ratio < low) | (ratio > high)).sum())
         self.tokens += int(d.numel())
 
-    def reduce(self, ctx: DistContext) -> Mismatch | None:
+    def reduce(self, ctx: DistContext, trained_tokens: int | None = None) -> Mismatch | None:
         """The result over every rank's tokens (each rank saw its own share of the batch)."""
         from rlstack.trainer.distributed import all_reduce
 
@@ -58,10 +63,11 @@ class MismatchAccumulator:
             self.kl, self.abs_sum, outside, tokens = all_reduce(ctx, [self.kl, self.abs_sum, self.outside, self.tokens])
             self.outside, self.tokens = int(outside), int(tokens)
             self.abs_max = all_reduce(ctx, [self.abs_max], op="max")[0]
-        return self.result()
+        return self.result(trained_tokens)
 
-    def result(self) -> Mismatch | None:
+    def result(self, trained_tokens: int | None = None) -> Mismatch | None:
         if self.tokens == 0:
             return None
+        share = min(1.0, self.tokens / trained_tokens) if trained_tokens else None
         return Mismatch(kl=self.kl / self.tokens, abs_mean=self.abs_sum / self.tokens, abs_max=self.abs_max,
-                        ratio_outside=self.outside / self.tokens, tokens=self.tokens)
+                        ratio_outside=self.outside / self.tokens, tokens=self.tokens, share=share)

@@ -28,6 +28,7 @@ class MicroBatch:
     inference_logprobs: torch.Tensor  # [b, T]
     advantages: torch.Tensor  # [b, T] per token
     same_weights: torch.Tensor  # [b, T] bool: sampled by the weights being trained
+    on_policy: torch.Tensor | None = None  # [b, T] bool: no inference logprobs; ratio against the step's own
     attention_mask: torch.Tensor | None = None  # padded rows
     position_ids: torch.Tensor | None = None  # packed rows
 
@@ -59,7 +60,9 @@ def assign_ranks(batch: TrainBatch, world_size: int) -> list[list[int]]:
 
 
 def _same_weights(batch: TrainBatch, current_version: int | None) -> torch.Tensor:
-    return torch.tensor([v is not None and v == current_version for v in batch.weight_versions], dtype=torch.bool)
+    """Rows sampled by the weights being trained, with vLLM's logprobs to compare (mismatch)."""
+    same = torch.tensor([v is not None and v == current_version for v in batch.weight_versions], dtype=torch.bool)
+    return same & ~batch.on_policy
 
 
 def padded(batch: TrainBatch, rows: list[int], micro_batch_size: int, current_version: int | None) -> list[MicroBatch]:
@@ -73,6 +76,7 @@ def padded(batch: TrainBatch, rows: list[int], micro_batch_size: int, current_ve
                               inference_logprobs=batch.inference_logprobs[idx, :width],
                               advantages=batch.advantages[idx].unsqueeze(-1).expand_as(mask).clone(),
                               same_weights=same[idx].unsqueeze(-1).expand_as(mask).clone(),
+                              on_policy=batch.on_policy[idx].unsqueeze(-1).expand_as(mask).clone(),
                               attention_mask=batch.attention_mask[idx, :width]))
     return out
 
@@ -105,6 +109,7 @@ def packed(batch: TrainBatch, rows: list[int], pack_tokens: int, current_version
                               inference_logprobs=cat(batch.inference_logprobs),
                               advantages=torch.cat([batch.advantages[i].expand(size[i]) for i in row]).unsqueeze(0),
                               same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
+                              on_policy=torch.cat([batch.on_policy[i].expand(size[i]) for i in row]).unsqueeze(0),
                               position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0)))
     return out
 
@@ -114,6 +119,7 @@ def empty(packed_rows: bool) -> MicroBatch:
     one = torch.zeros(1, 1, dtype=torch.long)
     return MicroBatch(input_ids=one, targets=one, loss_mask=torch.zeros(1, 1, dtype=torch.bool),
                       inference_logprobs=torch.zeros(1, 1), advantages=torch.zeros(1, 1), same_weights=torch.zeros(1, 1, dtype=torch.bool),
+                      on_policy=torch.zeros(1, 1, dtype=torch.bool),
                       attention_mask=None if packed_rows else torch.ones(1, 1, dtype=torch.long),
                       position_ids=torch.zeros(1, 1, dtype=torch.long) if packed_rows else None)
 

@@ -56,8 +56,12 @@ class Summary(BaseModel):
     eval_after: EvalResult | None
     staleness_mean: float | None
     mismatch_kl_mean: float | None = None
-    """Mean over steps of the training–inference mismatch KL (steps that had same-weights tokens)."""
+    """Mean over steps of the training–inference mismatch KL (steps that carried a figure)."""
     mismatch_kl_max: float | None = None
+    mismatch_steps: int = 0
+    """Steps that carried a mismatch figure."""
+    mismatch_checked_share: float | None = None
+    """Trained tokens whose mismatch was checked, over all trained tokens of the run."""
     step_seconds_median: float | None
     model: str
     seconds: float
@@ -96,6 +100,9 @@ def summarize(records: list[StepRecord], **fields) -> Summary:  # noqa: ANN003 -
         staleness_mean=_mean([r.staleness_mean for r in records]),
         mismatch_kl_mean=_mean([r.mismatch.kl for r in records if r.mismatch is not None]),
         mismatch_kl_max=max((r.mismatch.kl for r in records if r.mismatch is not None), default=None),
+        mismatch_steps=sum(r.mismatch is not None for r in records),
+        mismatch_checked_share=(sum(r.mismatch.tokens for r in records if r.mismatch is not None) / max(1, sum(r.tokens for r in records))
+                                if records else None),
         step_seconds_median=statistics.median([r.step_seconds for r in records]) if records else None,
         **fields,
     )

@@ -34,7 +34,8 @@ class StepStats:
     reward_mean: float
     reward_std: float
     mismatch: Mismatch | None = None
-    """Inference vs trainer logprobs on the rows sampled by the weights being trained (None if no such row)."""
+    """Inference vs trainer logprobs on the rows checked this step: those sampled by the weights being
+    trained, and a sample of older rows scored under their own version (None if no row was checked)."""
 
 
 def as_policy(model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> PolicyLogprobs:
@@ -62,8 +63,10 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> flo
 
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
               micro_batch_size: int = 8, max_grad_norm: float = 1.0, current_version: int | None = None,
-              pack_tokens: int | None = None, ctx: DistContext | None = None) -> StepStats:
-    """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch.
+              pack_tokens: int | None = None, ctx: DistContext | None = None,
+              mismatch: MismatchAccumulator | None = None) -> StepStats:
+    """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch
+    (added to ``mismatch`` when given: it may already hold older rows scored under their own weights).
 
     ``pack_tokens`` packs sequences into rows of at most that many tokens instead of padding
     ``micro_batch_size`` rows. Under torchrun pass every rank's ``ctx``: all ranks call this with
@@ -81,7 +84,7 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     scale = ctx.world_size / total_tokens
     sums = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0}
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported() and not is_sharded(policy)
-    mismatch = MismatchAccumulator()
+    mismatch = mismatch if mismatch is not None else MismatchAccumulator()
     for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version):
         tokens = part.tokens
         if tokens == 0 and ctx.world_size == 1:
@@ -90,7 +93,10 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logprobs = policy(part.input_ids, part.targets, part.loss_mask, attention_mask=part.attention_mask,
                               position_ids=part.position_ids)
-        loss, stats = grpo_loss(logprobs, part.inference_logprobs, part.advantages, part.loss_mask, config)
+        # Rows sent without inference logprobs: the behaviour policy is the trainer's own at the
+        # step's start, which is this forward's value (the weights change only after the step).
+        behaviour = torch.where(part.on_policy, logprobs.detach(), part.inference_logprobs)
+        loss, stats = grpo_loss(logprobs, behaviour, part.advantages, part.loss_mask, config)
         mismatch.add(logprobs, part.inference_logprobs, part.loss_mask & part.same_weights)
         # Token-mean over the whole batch: weight each micro-batch by its share of trained tokens.
         (loss * tokens * scale).backward()
@@ -103,4 +109,4 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     return StepStats(loss=reduced["loss"], grad_norm=grad_norm, clip_fraction=reduced["clip_fraction"], kl=reduced["kl"],
                      ratio_mean=reduced["ratio_mean"], tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
                      reward_mean=float(batch.rewards.mean()), reward_std=float(batch.rewards.std(unbiased=False)),
-                     mismatch=mismatch.reduce(ctx))
+                     mismatch=mismatch.reduce(ctx, batch.trained_tokens))
