@@ -102,6 +102,15 @@ class EnvRunner:
         endpoints = (await self.registry.list(ready=True)).endpoints
         return min((e.weight_version for e in endpoints), default=None)
 
+    async def policy_version(self) -> int:
+        """The newest version any replica of the served model holds: how far the trainer has got.
+        A replica that lags (restarted, a failed sync) must not hold every env back: with a
+        staleness bound and a queue short of a batch, that stops the trainer and the run."""
+        if self.registry is None:
+            return 0
+        endpoints = (await self.registry.list(model=self.s.served_model)).endpoints
+        return max((e.weight_version for e in endpoints), default=0)
+
     def _trial_key(self, trial: str) -> str:
         if self.s.trial_key_secret is None:
             return "open"

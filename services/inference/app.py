@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -24,6 +25,7 @@ from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.inference.command import vllm_command
 from rlstack.inference.config import InferenceSettings
+from rlstack.inference.published import Published, latest_published
 from rlstack.inference.replica import VllmProcess
 from rlstack.inference.weight_state import STATE_DIR_ENV, read_weight_state
 
@@ -34,13 +36,16 @@ EXIT_CHECK_SECONDS = 0.5
 class Replica:
     def __init__(self, settings: InferenceSettings) -> None:
         self.settings = settings
-        argv, env = vllm_command(settings)
+        self.start_from = latest_published(settings.weights_dir)
+        """The newest version the trainer published, if any: a restarted replica serves it, not the base."""
+        full = self.start_from if self.start_from is not None and self.start_from.kind == "full" else None
+        argv, env = vllm_command(settings, weights=str(full.path) if full else None)
         self.state_dir = Path(tempfile.mkdtemp(prefix="rlstack-weight-state-"))
         """Where vLLM's workers write the version they hold (``worker_extension``); read every beat."""
         env[STATE_DIR_ENV] = str(self.state_dir)
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         self.vllm = VllmProcess(argv, env, str(settings.advertise_url), settings.served_model_name, api_key)
-        self.weight_version = settings.weight_version
+        self.weight_version = full.version if full else settings.weight_version
         self.adapter: str | None = None
         """The lora adapter serving the policy (lora sync mode); the proxy routes to it."""
         self.registered = False
@@ -70,9 +75,13 @@ class Replica:
         self.vllm.start()
         try:
             await self.vllm.wait_loaded(self.settings.startup_timeout_seconds)
+            if self.start_from is not None and self.start_from.kind == "adapter":
+                await self._load_adapter(self.start_from)
         except (RuntimeError, TimeoutError) as exc:
             self.failed = str(exc)
             raise
+        if self.start_from is not None:
+            log.info("serving published weights v%d (%s, %s)", self.weight_version, self.start_from.kind, self.start_from.path)
         while True:
             if self.vllm.exited is not None:
                 self.failed = f"vLLM exited with {self.vllm.exited}"
@@ -81,6 +90,18 @@ class Replica:
             self.read_weight_state()
             await self._heartbeat()
             await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
+
+    async def _load_adapter(self, published: Published) -> None:
+        """lora sync: the newest adapter, under the name the trainer gives that version, before registering."""
+        from rlstack.trainer.sync.lora import adapter_name
+
+        name = adapter_name(self.settings.served_model_name, published.version)
+        body = {"lora_name": name, "lora_path": str(published.path.resolve())}
+        async with httpx.AsyncClient(timeout=600, headers=self.vllm.headers) as client:
+            r = await client.post(f"{self.vllm.base_url}/v1/load_lora_adapter", json=body)
+        if r.status_code != 200:
+            raise RuntimeError(f"vLLM refused the published adapter {published.path}: {r.status_code} {r.text[:300]}")
+        self.weight_version, self.adapter = published.version, name
 
     async def _heartbeat(self) -> None:
         if self.registry is not None:

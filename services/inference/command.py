@@ -15,10 +15,13 @@ from rlstack.inference.config import InferenceSettings
 WORKER_EXTENSION = "rlstack.inference.worker_extension.RLStackWorkerExtension"
 
 
-def vllm_command(s: InferenceSettings, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+def vllm_command(s: InferenceSettings, python: str = sys.executable, weights: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """``weights``: a published version's directory to load instead of ``s.model`` (whose tokenizer
+    it keeps: ``save_pretrained`` of a model writes no tokenizer)."""
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", s.model,
+        "--model", weights or s.model,
+        *(["--tokenizer", s.model] if weights else []),
         "--served-model-name", s.served_model_name,
         "--host", s.vllm_host,
         "--port", str(s.vllm_port),

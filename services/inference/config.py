@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, HttpUrl, SecretStr, model_validator
@@ -69,6 +70,9 @@ class InferenceSettings(ServiceSettings):
     replica that would still have finished loading."""
     weight_version: int = Field(default=0, ge=0)
     """Policy version of the checkpoint at start."""
+    weights_dir: Path | None = None
+    """The trainer's published weights (its ``weights_dir``, filesystem or lora sync): the replica
+    starts on the newest complete version there, and reports that version, instead of ``model``."""
 
     @model_validator(mode="after")
     def _default_advertise_url(self) -> InferenceSettings:

@@ -82,7 +82,7 @@ def test_new_groups_wait_while_the_policy_would_run_too_far_ahead():
     async def served_version() -> int:
         return version["now"]
 
-    r.weight_version = served_version  # the registry's answer, without a registry
+    r.policy_version = served_version  # the registry's answer, without a registry
 
     async def scenario() -> bool:
         r.groups_started = 4  # (0 + 1 + 1) * 2: the bound for version 0

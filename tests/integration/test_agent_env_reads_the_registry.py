@@ -1,5 +1,7 @@
-"""The agent env reads the served context length from the registry, never from vLLM (issue 22, item 7).
+"""What the agent env reads from the registry (issue 22): the served context length, never from
+vLLM (item 7), and the trainer's version for its staleness gate, never a lagging replica's (item 3).
 
+The context length:
 On a cluster the inference NetworkPolicy closes vLLM's port to env pods (it also serves the dev
 routes), so asking a replica's /v1/models timed out and the env guessed. The replica's sidecar
 registers vLLM's ``max_model_len`` as a label; the env reads the registry. Here the replica's
@@ -53,3 +55,27 @@ def test_the_context_length_comes_from_the_replicas_registry_labels(service_fact
     limit = asyncio.run(scenario())
     assert limit != DEFAULT_CONTEXT
     assert limit == 4096  # the smallest context of the replicas serving this env's model
+
+
+def test_a_lagging_replica_does_not_hold_the_staleness_gate_shut(service_factory):
+    registry = service_factory("registry")
+    closed = f"http://127.0.0.1:{free_port()}"
+    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
+                           proxy_url=closed, batcher_url=closed, served_model="policy", group_size=2, max_staleness=1)
+    metrics = CollectorRegistry()
+    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
+    runner.batch_size = 4  # two groups per batch
+    runner.groups_started = 8  # (v2 + 1 + 1) * 2: past the bound of any version below 3
+
+    async def scenario() -> bool:
+        client = RegistryClient(registry.url)
+        try:
+            await client.put("restarted", EndpointRegistration(url=closed, model="policy", weight_version=0))
+            await client.put("current", EndpointRegistration(url=closed, model="policy", weight_version=3))
+            await asyncio.wait_for(runner._wait_for_staleness_room(), 10)  # v3: room for (3 + 1 + 1) * 2 groups
+            return True
+        finally:
+            await client.aclose()
+            await runner.aclose()
+
+    assert asyncio.run(scenario())
