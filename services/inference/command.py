@@ -39,6 +39,8 @@ def vllm_command(s: InferenceSettings, python: str = sys.executable, weights: st
         argv += ["--enable-lora", "--max-lora-rank", str(s.max_lora_rank), "--max-loras", str(s.max_loras)]
     if s.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_call_parser]
+    if s.token_routes:
+        argv.append("--enable-scale-out")  # render / generate / derender: the proxy's token-in
     if s.api_key is not None:
         argv += ["--api-key", s.api_key.get_secret_value()]
     if s.device == "cuda":

@@ -60,6 +60,9 @@ class InferenceSettings(ServiceSettings):
     max_loras: int = Field(default=2, ge=1)
     tool_call_parser: str | None = "hermes"
     """Parser for tool calls in generated text (agents send tools with tool_choice=auto)."""
+    token_routes: bool = True
+    """vLLM's token-in routes (``--enable-scale-out``: chat render, ``/inference/v1/generate``, derender), which
+    the proxy uses to send a trial's continued calls on its exact ids."""
     weight_transfer_backend: Literal["auto", "gloo", "nccl", "ipc", "none"] = "auto"
     """Engine for the broadcast/ipc weight-sync modes: auto is gloo (ours) on CPU, nccl on CUDA."""
     extra_vllm_args: list[str] = Field(default_factory=list)

@@ -36,6 +36,7 @@ from rlstack.proxy.discovery import Discovery, ReplicaView
 from rlstack.proxy.front import FrontMiddleware
 from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
 from rlstack.proxy.metrics import ProxyMetrics
+from rlstack.proxy.tokenin import TokenInUpstream
 from rlstack.proxy.writer import TrajectoryWriter
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,12 @@ class ProxyApp:
         self.view = ReplicaView(settings.served_model_name, settings.default_max_context)
         api_key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
         self.registry_client = RegistryClient(str(settings.registry_url))
+        self.token_in = TokenInUpstream(self.view, api_key, settings.request_timeout_seconds) if settings.token_in else None
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
-                                   settings.watch_timeout_seconds)
+                                   settings.watch_timeout_seconds, relay=self.token_in)
         self.writer = TrajectoryWriter(settings.trials_dir, writer_id_for(settings), self.metrics.trajectory_lines)
-        self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing)
+        self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing,
+                                  token_in=self.token_in)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
@@ -107,6 +110,8 @@ class ProxyApp:
             self.proxy_server.user_custom_auth = self.auth
             self.litellm.callbacks.append(self.hooks)
             self.writer.start()
+            if self.token_in is not None:
+                await self.token_in.start()
             try:
                 async with self.supervisor:
                     self.supervisor.start("discovery", self.discovery.run())
@@ -114,6 +119,8 @@ class ProxyApp:
                     yield
             finally:
                 await asyncio.to_thread(self.writer.close)
+                if self.token_in is not None:
+                    await self.token_in.close()
                 await self.registry_client.aclose()
                 log.info("proxy stopped; %d trajectory lines written", self.writer.written)
 

@@ -49,5 +49,9 @@ class ProxySettings(ServiceSettings):
     stream_mode: Literal["shim", "litellm"] = "shim"
     """shim: one non-streaming upstream call re-emitted as SSE (keeps token ids); litellm: LiteLLM's
     own streaming (token ids are lost; kept for comparison in bench/proxy.py)."""
+    token_in: bool = True
+    """Send each trial's continued calls on its threads' exact ids (render, generate, derender on the
+    replica; vLLM with --enable-scale-out). Off: LiteLLM calls /v1/chat/completions, which re-renders
+    the history from text (kept for comparison in bench/proxy.py)."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import httpx
 
@@ -45,6 +46,8 @@ class ReplicaView:
     def by_url(self, api_base: str | None) -> Endpoint | None:
         """The replica whose URL prefixes ``api_base`` (LiteLLM may report the full route)."""
         target = api_base or ""
+        if "/replicas/" in target:  # token-in's relay: .../replicas/<replica id>/v1
+            return self.endpoints.get(target.split("/replicas/", 1)[1].split("/", 1)[0])
         for e in self.endpoints.values():
             if target.startswith(str(e.url).rstrip("/")):
                 return e
@@ -64,12 +67,21 @@ RouterState = tuple[list[dict], list[dict]]
 """LiteLLM's deployments and fallbacks: everything routing depends on."""
 
 
-def model_list(view: ReplicaView, api_key: str | None, timeout: float) -> RouterState:
+class Relay(Protocol):
+    """Where LiteLLM sends a replica's calls instead of the replica itself (token-in), and its key."""
+
+    token: str
+
+    def api_base(self, replica_id: str) -> str: ...
+
+
+def model_list(view: ReplicaView, api_key: str | None, timeout: float, relay: Relay | None = None) -> RouterState:
     deployments, fallbacks = [], []
     for rid, e in view.endpoints.items():
         upstream = e.labels.get("adapter") or view.served_model  # lora sync: the newest adapter serves the policy
-        params = {"model": f"hosted_vllm/{upstream}", "api_base": str(e.url).rstrip("/") + "/v1",
-                  "api_key": api_key or "none", "timeout": timeout}
+        api_base = relay.api_base(rid) if relay else str(e.url).rstrip("/") + "/v1"
+        params = {"model": f"hosted_vllm/{upstream}", "api_base": api_base,
+                  "api_key": relay.token if relay else api_key or "none", "timeout": timeout}
         deployments.append({"model_name": view.served_model, "litellm_params": params, "model_info": {"id": rid}})
         deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})
         fallbacks.append({view.pinned_group(rid): [view.served_model]})
@@ -78,8 +90,9 @@ def model_list(view: ReplicaView, api_key: str | None, timeout: float) -> Router
 
 class Discovery:
     def __init__(self, registry: RegistryClient, view: ReplicaView, apply: Callable[[list[dict], list[dict]], None],
-                 api_key: str | None, timeout: float, watch_timeout: float) -> None:
+                 api_key: str | None, timeout: float, watch_timeout: float, relay: Relay | None = None) -> None:
         self.registry, self.view, self.apply = registry, view, apply
+        self.relay = relay
         self.api_key, self.timeout, self.watch_timeout = api_key, timeout, watch_timeout
         self.client = httpx.AsyncClient(timeout=5.0)
         self.updates = 0
@@ -98,7 +111,7 @@ class Discovery:
 
     def _apply_if_changed(self) -> None:
         """Render the desired router state from the view; apply it only if it differs from the applied one."""
-        desired = model_list(self.view, self.api_key, self.timeout)
+        desired = model_list(self.view, self.api_key, self.timeout, self.relay)
         if desired == self.applied:
             return
         self.apply(*desired)

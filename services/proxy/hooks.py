@@ -13,10 +13,11 @@ from typing import Any
 
 from litellm.integrations.custom_logger import CustomLogger
 
-from rlstack.common.contracts.trajectory import TrajectoryChoice, TrajectoryRecord
+from rlstack.common.contracts.trajectory import SpliceInfo, TrajectoryChoice, TrajectoryRecord
 from rlstack.proxy.discovery import Discovery, ReplicaView
 from rlstack.proxy.front import REQUESTED_MODEL_HEADER
 from rlstack.proxy.metrics import ProxyMetrics
+from rlstack.proxy.tokenin import CALL_HEADER, TRIAL_HEADER, TokenInUpstream
 from rlstack.proxy.writer import TrajectoryWriter
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,10 @@ class CallContext:
 
 class RLStackHooks(CustomLogger):
     def __init__(self, view: ReplicaView, discovery: Discovery | None, writer: TrajectoryWriter, metrics: ProxyMetrics,
-                 sticky: bool = True) -> None:
+                 sticky: bool = True, token_in: TokenInUpstream | None = None) -> None:
         super().__init__()
         self.view, self.discovery, self.writer, self.metrics = view, discovery, writer, metrics
+        self.token_in = token_in
         self.sticky = sticky
         self.calls: dict[str, CallContext] = {}
 
@@ -61,6 +63,9 @@ class RLStackHooks(CustomLogger):
         extra = dict(data.get("extra_body") or {})
         extra["return_token_ids"] = True
         data["extra_body"] = extra
+        if self.token_in is not None and call_id and run != HEALTH_RUN:
+            # Token-in keeps each trial's threads; it learns which trial (and which call) from these.
+            data["extra_headers"] = {**(data.get("extra_headers") or {}), TRIAL_HEADER: f"{run}/{trial}", CALL_HEADER: call_id}
         if self.sticky and len(self.view.endpoints) > 1:
             replica = self.view.sticky_replica(f"{run}/{trial}")
             if replica is not None:
@@ -97,6 +102,8 @@ class RLStackHooks(CustomLogger):
         replica = self._replica(params)
         started, ended = _ts(start_time), _ts(end_time)
         body = _as_dict(response)
+        outcome = self.token_in.outcome(call_id) if self.token_in is not None else None
+        splice = outcome.splice if outcome else None
         choices = [_choice(c) for c in body.get("choices", [])] if body else []
         record = TrajectoryRecord(
             run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
@@ -106,6 +113,9 @@ class RLStackHooks(CustomLogger):
             weight_version=replica.weight_version if replica else None, request=ctx.request,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),
             status="error" if error else "ok", error=error,
+            splice=SpliceInfo(onto=splice.onto, prefix_tokens=splice.prefix_tokens, tail_tokens=splice.tail_tokens,
+                              rerendered_exact=splice.rerendered_exact, retry=splice.retry) if splice else None,
+            segment=outcome.segment if outcome else None,  # type: ignore[arg-type]
         )
         self.writer.submit(record)
         self.metrics.observe_call(record)

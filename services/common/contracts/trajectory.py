@@ -28,6 +28,21 @@ class TrajectoryChoice(BaseModel):
     """One logprob per completion token, aligned with completion_token_ids."""
 
 
+class SpliceInfo(BaseModel):
+    """How the proxy built this call's prompt from an earlier call's exact ids (token-in)."""
+
+    onto: str
+    """request_id of the earlier call of this trial whose prompt + completion ids this prompt starts with."""
+    prefix_tokens: int
+    """Ids taken verbatim from that call."""
+    tail_tokens: int
+    """Ids rendered for what is new (tool results, the next user turn, the generation prompt)."""
+    rerendered_exact: bool = True
+    """Rendering the history again gave the same ids: nothing needed repairing. False = a drift token-in repaired."""
+    retry: bool = False
+    """The same request as ``onto``'s again: the same prompt, a new sample."""
+
+
 class TrajectoryRecord(BaseModel):
     run_id: str
     trial_id: str
@@ -48,6 +63,11 @@ class TrajectoryRecord(BaseModel):
     usage: dict[str, Any] | None = None
     status: Literal["ok", "error"] = "ok"
     error: str | None = None
+    splice: SpliceInfo | None = None
+    """Set when the prompt continued an earlier call on its exact ids."""
+    segment: Literal["history_edited", "no_turn_end"] | None = None
+    """Why a call of a known conversation was not spliced and starts a new segment: the agent changed
+    its history (compaction, an edited turn), or the reply it continues has no end-of-turn token."""
 
 
 TRAJECTORY_STEM = "litellm-trajectory"

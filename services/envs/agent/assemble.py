@@ -5,6 +5,10 @@ call k's prompt + completion ids (the chat template re-rendered the history exac
 becomes one sequence: the policy's completion tokens are trained (with vLLM's logprobs), and
 everything between them (system prompt, user turns, tool results, template glue) is masked.
 
+With the proxy's token-in (the default) a continued call's prompt *is* its thread's ids plus the
+rendered tail, so threads merge by construction; the record says so (``splice``), and a
+history the agent itself changed comes as a new segment (``segment``), counted here.
+
 Nothing is re-tokenised. When a prompt does not extend any thread, it starts a new sequence;
 if it does start with an earlier thread's first prompt (same conversation, but an earlier turn
 came back as different tokens), that is a *thread break*, counted, and the drifted copy of
@@ -50,6 +54,10 @@ class Assembly(BaseModel):
     """Calls the proxy logged as errors: the agent saw a failure, so the trial is not scored."""
     retried_calls: int = 0
     """Calls that asked exactly an earlier call's prompt again."""
+    spliced_calls: int = 0
+    """Calls the proxy sent on an earlier call's exact ids (token-in)."""
+    edited_segments: int = 0
+    """Calls whose history the agent had changed (compaction, an edited turn): new segments, not breaks."""
 
     @computed_field
     @property
@@ -95,7 +103,7 @@ class _Thread:
 
 def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
     threads: list[_Thread] = []
-    calls = merged = breaks = failed = retried = 0
+    calls = merged = breaks = failed = retried = spliced = edited = 0
     for record in sorted(records, key=lambda r: r.started_at):
         if record.status != "ok" or not record.choices:
             failed += 1
@@ -106,12 +114,16 @@ def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
             continue
         prompt = record.prompt_token_ids
         calls += 1
+        spliced += record.splice is not None and not record.splice.retry
+        edited += record.segment == "history_edited"
         thread = max((t for t in threads if t.continued_by(prompt)), key=lambda t: len(t.tokens), default=None)
         if thread is not None:
             merged += 1
         else:
             if any(prompt in t.prompts for t in threads):
                 retried += 1
+            elif record.segment == "history_edited":
+                pass  # the agent's own edit: a segment of its own, not drift
             elif any(_starts_with(prompt, t.first_prompt) for t in threads):
                 breaks += 1
             thread = _Thread(prompt)
@@ -119,7 +131,8 @@ def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
         thread.extend(prompt, choice.completion_token_ids, choice.completion_logprobs, record.weight_version)
     sequences = [t.sequence() for t in threads]
     return Assembly(sequences=[s for s in sequences if s.trained_tokens > 0], calls=calls, merged_calls=merged,
-                    thread_breaks=breaks, failed_calls=failed, retried_calls=retried)
+                    thread_breaks=breaks, failed_calls=failed, retried_calls=retried, spliced_calls=spliced,
+                    edited_segments=edited)
 
 
 def _starts_with(prompt: list[int], prefix: list[int]) -> bool:

@@ -1,0 +1,217 @@
+"""Which earlier call a trial's new call continues, and the exact ids to send it on (token-in).
+
+An agent resends its whole conversation each turn. Rendering that history through the chat
+template again need not give back the ids the policy generated (a word sampled as a
+non-canonical split, tool-call JSON re-serialised by LiteLLM's Anthropic round trip), and a
+sequence whose history drifted cannot be trained as one. So the proxy keeps, per trial, the
+*head* of every thread: the exact ids it sent (prompt) and got back (completion) on the
+thread's latest call, plus a fingerprint of what that call's request rendered to.
+
+A new call continues a head when its own rendering starts with the head's rendering (same
+tools, system prompt and history up to the head's reply, byte for byte after the template).
+The new prompt is then the head's exact ids + everything the template renders after the
+re-rendered reply's turn-end token (tool results, the next user turn, the generation
+prompt). Only that tail comes from rendering; the history is never re-tokenised.
+
+The reply in the new request must still say what the policy said (same text and tool calls,
+compared after parsing, so re-serialised JSON or a dropped empty text block is no edit);
+if the agent changed it, the history is the agent's, not the policy's, and is not spliced.
+
+A call that continues no head starts a thread of its own: a side call or a sub-agent (another
+system prompt), or a history the agent really changed (compaction, an edited turn). The
+latter is told apart by its rendering starting with a thread's *first* rendering, and
+counted as ``history_edited``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MAX_HEADS_PER_TRIAL = 16
+"""Threads followed per trial (main thread, side calls, sub-agents); the least recent goes first."""
+MAX_TRIALS = 20_000
+TRIAL_IDLE_SECONDS = 3600.0
+
+SegmentReason = Literal["history_edited", "no_turn_end"]
+
+
+def fingerprint(ids: array, length: int) -> bytes:
+    return hashlib.blake2b(memoryview(ids)[:length].tobytes(), digest_size=16).digest()
+
+
+def ids_array(ids: Sequence[int]) -> array:
+    return array("l", ids)
+
+
+@dataclass
+class Head:
+    """A thread's latest call: its exact ids and what its request rendered to."""
+
+    request_id: str
+    rendered_len: int
+    rendered_fp: bytes
+    tokens: array
+    """The exact prompt sent + the completion received."""
+    prompt_len: int
+    turn_end: int | None
+    """The id that closed the reply (an end-of-turn token), None if it was cut (length)."""
+    root_len: int
+    root_fp: bytes
+    """The thread's first rendering: a later call that starts with it but continues no head edited the history."""
+    messages_len: int = 0
+    """Messages in the head's request: the next request's reply to it sits at this index."""
+    reply: str = ""
+    """``reply_key`` of what the policy answered."""
+
+
+@dataclass
+class Splice:
+    onto: str
+    prefix_tokens: int
+    tail_tokens: int
+    rerendered_exact: bool
+    """The re-rendered history equalled the generated ids (no drift to repair)."""
+    retry: bool = False
+
+
+@dataclass
+class Plan:
+    """What to send for one call: ``prompt`` ids, and how they were made."""
+
+    prompt: list[int]
+    splice: Splice | None = None
+    segment: SegmentReason | None = None
+    parent: Head | None = None
+
+
+@dataclass
+class TrialThreads:
+    heads: list[Head] = field(default_factory=list)
+    seen: float = field(default_factory=time.monotonic)
+
+
+class ThreadTable:
+    """Per-trial thread heads, bounded in trials and heads; one per proxy process."""
+
+    def __init__(self, max_trials: int = MAX_TRIALS, idle_seconds: float = TRIAL_IDLE_SECONDS) -> None:
+        self.trials: OrderedDict[str, TrialThreads] = OrderedDict()
+        self.max_trials, self.idle_seconds = max_trials, idle_seconds
+        self.turn_ends: set[int] = set()
+        """End-of-turn ids seen closing a reply (to close a cut reply's turn the way the template does)."""
+
+    def has(self, trial: str) -> bool:
+        return trial in self.trials and bool(self.trials[trial].heads)
+
+    def plan(self, trial: str, rendered: Sequence[int], messages: Sequence[dict[str, Any]] | None = None,
+             turn_end: int | None = None) -> Plan:
+        """The prompt to send for a request of ``trial`` whose history renders to ``rendered``.
+
+        ``messages`` (the request's, OpenAI form) lets an edited reply be told from a re-rendered
+        one; without them the rendering alone decides. ``turn_end`` is the template's end-of-turn id
+        (closes a reply that was cut before the policy ended its turn)."""
+        state = self.trials.get(trial)
+        if state is None:
+            return Plan(prompt=list(rendered))
+        arr = ids_array(rendered)
+        best: Head | None = None
+        for head in state.heads:
+            if head.rendered_len <= len(arr) and (best is None or head.rendered_len > best.rendered_len) \
+                    and fingerprint(arr, head.rendered_len) == head.rendered_fp \
+                    and (messages is None or head.rendered_len == len(arr) or _replied(head, messages)):
+                best = head
+        if best is None:
+            edited = any(h.root_len <= len(arr) and fingerprint(arr, h.root_len) == h.root_fp for h in state.heads)
+            return Plan(prompt=list(rendered), segment="history_edited" if edited else None)
+        if best.rendered_len == len(arr):  # the same request again: a new sample of the head's own turn
+            prompt = best.tokens[: best.prompt_len].tolist()
+            return Plan(prompt=prompt, splice=Splice(best.request_id, len(prompt), 0, True, retry=True), parent=best)
+        if best.turn_end is not None:
+            turn_end = best.turn_end
+        elif turn_end is None:
+            turn_end = _only(self.turn_ends)
+        if turn_end is None:
+            return Plan(prompt=list(rendered), segment="no_turn_end")
+        try:
+            end = rendered.index(turn_end, best.rendered_len)
+        except ValueError:
+            return Plan(prompt=list(rendered), segment="no_turn_end")
+        exact = best.tokens.tolist()
+        closing = [] if best.turn_end is not None else [turn_end]
+        tail = list(rendered[end + 1:])
+        completion = exact[best.prompt_len:]
+        rerendered = list(rendered[best.rendered_len:end + 1])
+        splice = Splice(best.request_id, len(exact), len(closing) + len(tail),
+                        rerendered_exact=rerendered == completion + closing)
+        return Plan(prompt=exact + closing + tail, splice=splice, parent=best)
+
+    def record(self, trial: str, request_id: str, rendered: Sequence[int], plan: Plan, completion: Sequence[int],
+               finish_reason: str | None, eos_stop: bool, messages_len: int = 0,
+               reply: dict[str, Any] | None = None) -> None:
+        """A call answered: it becomes the head of its thread (replacing the head it continued)."""
+        state = self.trials.get(trial)
+        if state is None:
+            state = self.trials[trial] = TrialThreads()
+        self.trials.move_to_end(trial)
+        state.seen = time.monotonic()
+        turn_end = completion[-1] if completion and eos_stop and finish_reason in ("stop", "tool_calls") else None
+        if turn_end is not None:
+            self.turn_ends.add(turn_end)
+        arr = ids_array(rendered)
+        parent = plan.parent
+        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (len(arr), fingerprint(arr, len(arr)))
+        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)),
+                    tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
+                    root_len=root_len, root_fp=root_fp, messages_len=messages_len, reply=reply_key(reply or {}))
+        if parent is not None and plan.splice is not None and not plan.splice.retry and parent in state.heads:
+            state.heads.remove(parent)
+        state.heads.append(head)
+        del state.heads[:-MAX_HEADS_PER_TRIAL]
+        self._expire()
+
+    def end(self, trial: str) -> None:
+        self.trials.pop(trial, None)
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self.idle_seconds
+        while self.trials:
+            trial, state = next(iter(self.trials.items()))
+            if len(self.trials) <= self.max_trials and state.seen >= cutoff:
+                return
+            del self.trials[trial]
+
+
+def reply_key(message: dict[str, Any]) -> str:
+    """An assistant message as what it says: its text (parts joined, trimmed) and its tool calls
+    (name, parsed arguments); ids, empty blocks and JSON spacing do not count."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        calls.append([function.get("name"), arguments])
+    return json.dumps([(content or "").strip(), calls], sort_keys=True)
+
+
+def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:
+    if len(messages) <= head.messages_len:
+        return False
+    message = messages[head.messages_len]
+    return isinstance(message, dict) and message.get("role") == "assistant" and reply_key(message) == head.reply
+
+
+def _only(values: set[int]) -> int | None:
+    return next(iter(values)) if len(values) == 1 else None

@@ -1,0 +1,203 @@
+"""Token-in: LiteLLM's upstream for each replica, sending a trial's calls on its threads' exact ids.
+
+LiteLLM translates and routes as before, but its deployments point here (one loopback listener
+per proxy process, so a trial's thread state and the call that needs it live in the same
+process). For a call that continues a thread (``threads.ThreadTable``) this asks the replica
+to render the request (``/v1/chat/completions/render``), sends the spliced ids to
+``/inference/v1/generate``, and has the replica's own tool parser turn the generated ids back
+into a chat message (``/v1/chat/completions/derender``). LiteLLM receives an ordinary chat
+completion (``prompt_token_ids`` = the ids really sent) and turns it into the client's dialect.
+
+The first call of a trial, streaming calls and ``n > 1`` go to ``/v1/chat/completions``
+unchanged. The listener answers only LiteLLM: every request must carry this process's random
+token, so a sandbox that finds the port cannot write into a trial's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from rlstack.proxy.discovery import ReplicaView
+from rlstack.proxy.sse import dumps, loads
+from rlstack.proxy.threads import Plan, Splice, ThreadTable
+
+log = logging.getLogger(__name__)
+TRIAL_HEADER = "x-rlstack-trial"
+CALL_HEADER = "x-rlstack-call"
+PATH_PREFIX = "/replicas"
+MAX_OUTCOMES = 4096
+
+
+@dataclass
+class CallOutcome:
+    splice: Splice | None
+    segment: str | None
+
+
+class UpstreamError(Exception):
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(body[:300])
+        self.status, self.body = status, body
+
+
+class TokenInUpstream:
+    def __init__(self, view: ReplicaView, replica_api_key: str | None, timeout: float) -> None:
+        self.view = view
+        self.token = secrets.token_urlsafe(24)
+        """What LiteLLM sends as its api key: only this process knows it."""
+        self.replica_headers = {"content-type": "application/json"}
+        if replica_api_key:
+            self.replica_headers["authorization"] = f"Bearer {replica_api_key}"
+        self.timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=3.0)
+        self.threads = ThreadTable()
+        self.turn_ends: dict[str, int | None] = {}
+        """Per replica, the id its chat template closes an assistant turn with (probed once)."""
+        self.outcomes: OrderedDict[str, CallOutcome] = OrderedDict()
+        """Per LiteLLM call id, what token-in did: the trajectory hook files it with the call."""
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.session: aiohttp.ClientSession | None = None
+        self.runner: web.AppRunner | None = None
+
+    def api_base(self, replica_id: str) -> str:
+        return f"http://127.0.0.1:{self.port}{PATH_PREFIX}/{replica_id}/v1"
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(timeout=self.timeout, json_serialize=lambda o: orjson.dumps(o).decode())
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post(PATH_PREFIX + "/{replica}/v1/chat/completions", self.chat)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        await web.SockSite(self.runner, self.sock).start()
+        log.info("token-in upstream on 127.0.0.1:%d", self.port)
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.session is not None:
+            await self.session.close()
+
+    def outcome(self, call_id: str) -> CallOutcome | None:
+        return self.outcomes.pop(call_id, None)
+
+    def end_trial(self, trial: str) -> None:
+        self.threads.end(trial)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        if request.headers.get("authorization", "") != f"Bearer {self.token}":
+            return _error(401, "this listener answers the proxy's own router only")
+        endpoint = self.view.endpoints.get(request.match_info["replica"])
+        if endpoint is None:  # worded so the failure hook drops the deployment at once
+            return _error(502, f"replica {request.match_info['replica']}: connection refused (no longer registered)")
+        base = str(endpoint.url).rstrip("/")
+        raw = await request.read()
+        body = loads(raw)
+        trial = request.headers.get(TRIAL_HEADER)
+        call_id = request.headers.get(CALL_HEADER)
+        try:
+            if not trial or body.get("stream") or (body.get("n") or 1) != 1:
+                return _json(await self._post(f"{base}/v1/chat/completions", raw))
+            if not self.threads.has(trial):
+                answer = await self._post(f"{base}/v1/chat/completions", raw)
+                prompt = answer.get("prompt_token_ids") or []
+                self._remember(trial, call_id, prompt, Plan(prompt=prompt), body, answer, eos_stop=_eos_stop(answer))
+                return _json(answer)
+            answer = await self._spliced(base, trial, call_id, body, endpoint.id)
+            return _json(answer)
+        except UpstreamError as exc:
+            return web.Response(status=exc.status, body=exc.body, content_type="application/json")
+        except aiohttp.ClientConnectorError as exc:
+            return _error(502, f"replica {endpoint.id}: connection refused ({exc})")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return _error(504, f"replica {endpoint.id}: {type(exc).__name__} {exc}")
+
+    async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any], replica_id: str) -> dict:
+        rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
+        ids = rendered["token_ids"]
+        if replica_id not in self.turn_ends:
+            self.turn_ends[replica_id] = await self._probe_turn_end(base, body.get("model"))
+        plan = self.threads.plan(trial, ids, body.get("messages") or [], self.turn_ends[replica_id])
+        params = rendered["sampling_params"]
+        room = self.view.max_model_len.get(replica_id, self.view.default_context) - len(plan.prompt)
+        if room < 1:
+            raise UpstreamError(400, orjson.dumps({"error": {
+                "message": f"messages: prompt is {len(plan.prompt)} tokens; the context holds {len(plan.prompt) + room}",
+                "type": "BadRequestError", "param": "messages", "code": 400}}))
+        if params.get("max_tokens") is None or params["max_tokens"] > room:
+            params["max_tokens"] = room
+        generated = await self._post(f"{base}/inference/v1/generate", dumps({**rendered, "token_ids": plan.prompt}))
+        answer = await self._post(f"{base}/v1/chat/completions/derender", dumps(
+            {"model": body.get("model"), "generate_response": generated, "prompt_token_ids": plan.prompt, "chat_request": body}))
+        answer["prompt_token_ids"] = plan.prompt
+        for choice, raw_choice in zip(answer.get("choices") or [], generated.get("choices") or [], strict=False):
+            choice.setdefault("token_ids", raw_choice.get("token_ids"))
+        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=_eos_stop(generated))
+        return answer
+
+    def _remember(self, trial: str, call_id: str | None, rendered: list[int], plan: Plan, body: dict, answer: dict,
+                  eos_stop: bool) -> None:
+        choices = answer.get("choices") or []
+        if not choices or not rendered:
+            return
+        choice = choices[0]
+        self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
+                            choice.get("finish_reason"), eos_stop, messages_len=len(body.get("messages") or []),
+                            reply=choice.get("message") or {})
+        if call_id:
+            self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment)
+            while len(self.outcomes) > MAX_OUTCOMES:
+                self.outcomes.popitem(last=False)
+
+    async def _probe_turn_end(self, base: str, model: str | None) -> int | None:
+        """The first id the template puts after an empty assistant reply: the end of a turn.
+
+        Rendered once per replica: a user turn with the generation prompt, then the same turn
+        followed by an empty assistant reply; what the second adds after the first closes the turn.
+        None when the template's generation prompt is not how it renders an assistant turn."""
+        user = [{"role": "user", "content": "x"}]
+        try:
+            asked = await self._post(f"{base}/v1/chat/completions/render", dumps(
+                {"model": model, "messages": user, "add_generation_prompt": True}))
+            answered = await self._post(f"{base}/v1/chat/completions/render", dumps(
+                {"model": model, "messages": [*user, {"role": "assistant", "content": ""}], "add_generation_prompt": False}))
+        except UpstreamError as exc:
+            log.warning("could not probe the chat template's end of turn: %s", exc)
+            return None
+        head, full = asked["token_ids"], answered["token_ids"]
+        if len(full) > len(head) and full[: len(head)] == head:
+            return full[len(head)]
+        log.warning("the chat template renders an assistant turn unlike its generation prompt: cut replies are not spliced")
+        return None
+
+    async def _post(self, url: str, data: bytes) -> dict:
+        assert self.session is not None
+        async with self.session.post(url, data=data, headers=self.replica_headers) as reply:
+            payload = await reply.read()
+            if reply.status != 200:
+                raise UpstreamError(reply.status, payload)
+            return loads(payload)
+
+
+def _eos_stop(answer: dict) -> bool:
+    """A reply that ended on the model's own end-of-turn token (not a stop string, not length)."""
+    choices = answer.get("choices") or []
+    return bool(choices) and choices[0].get("finish_reason") in ("stop", "tool_calls") and choices[0].get("stop_reason") is None
+
+
+def _json(payload: dict) -> web.Response:
+    return web.Response(status=200, body=dumps(payload), content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    body = orjson.dumps({"error": {"message": message, "type": "upstream_error", "code": status}})
+    return web.Response(status=status, body=body, content_type="application/json")

@@ -1,0 +1,107 @@
+"""Token-in's thread table: which head a rendering continues and the exact ids it is sent on."""
+
+from __future__ import annotations
+
+from rlstack.proxy.threads import ThreadTable
+
+EOT, NL = 2, 203
+SYSTEM = [1, 50, 51, EOT, NL, 1, 60, 61, EOT, NL, 1, 70, NL]  # system, user, generation prompt
+
+
+def test_a_continued_call_is_sent_on_the_generated_ids_even_when_the_history_renders_differently() -> None:
+    table = ThreadTable()
+    first = table.plan("t", SYSTEM)
+    assert first.splice is None and first.prompt == SYSTEM
+    generated = [900, 901, 902, EOT]  # the policy's own split of a word
+    table.record("t", "call-1", SYSTEM, first, generated, "stop", eos_stop=True)
+    # The agent sends the history back; the template re-renders the reply as other ids (900, 9012).
+    tool_turn = [NL, 1, 80, NL, 81, 82, EOT, NL, 1, 70, NL]
+    rendered = SYSTEM + [900, 9012, EOT] + tool_turn
+    plan = table.plan("t", rendered)
+    assert plan.prompt == SYSTEM + generated + tool_turn
+    assert plan.splice is not None and plan.splice.onto == "call-1"
+    assert plan.splice.prefix_tokens == len(SYSTEM) + len(generated) and plan.splice.tail_tokens == len(tool_turn)
+    assert plan.splice.rerendered_exact is False
+
+
+def test_a_thread_chains_over_many_calls_and_the_exact_rerender_is_reported() -> None:
+    table = ThreadTable()
+    rendered, sent = list(SYSTEM), list(SYSTEM)
+    plan = table.plan("t", rendered)
+    for turn in range(4):
+        reply = [500 + turn, EOT]
+        table.record("t", f"c{turn}", rendered, plan, reply, "stop", eos_stop=True)
+        sent = sent + reply
+        tail = [NL, 1, 80 + turn, EOT, NL, 1, 70, NL]
+        rendered = rendered + reply + tail
+        plan = table.plan("t", rendered)
+        sent = sent + tail
+        assert plan.prompt == sent and plan.splice is not None and plan.splice.onto == f"c{turn}"
+        assert plan.splice.rerendered_exact
+
+
+def test_a_cut_reply_is_closed_with_the_turn_end_the_template_renders() -> None:
+    table = ThreadTable()
+    table.record("other", "x", SYSTEM, table.plan("other", SYSTEM), [7, EOT], "stop", eos_stop=True)  # learns EOT
+    plan = table.plan("t", SYSTEM)
+    table.record("t", "cut", SYSTEM, plan, [900, 901], "length", eos_stop=False)
+    rendered = SYSTEM + [900, 901, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
+    nxt = table.plan("t", rendered)
+    assert nxt.prompt == SYSTEM + [900, 901, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
+    assert nxt.splice is not None and nxt.splice.prefix_tokens == len(SYSTEM) + 2 and nxt.splice.tail_tokens == 9
+
+
+MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+CALL = {"role": "assistant", "content": "Let me look.",
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]}
+
+
+def test_a_reply_that_comes_back_reserialised_is_spliced_and_an_edited_reply_is_a_new_segment() -> None:
+    table = ThreadTable()
+    table.record("t", "c1", SYSTEM, table.plan("t", SYSTEM, MESSAGES), [900, EOT], "stop", eos_stop=True,
+                 messages_len=len(MESSAGES), reply=CALL)
+    rendered = SYSTEM + [901, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
+    tool = {"role": "tool", "tool_call_id": "x", "content": "a.txt"}
+    # LiteLLM's Anthropic round trip: text as parts, another call id, compact JSON.
+    echoed = {"role": "assistant", "content": [{"type": "text", "text": "Let me look. "}],
+              "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}]}
+    assert table.plan("t", rendered, [*MESSAGES, echoed, tool]).splice is not None
+    summary = {"role": "assistant", "content": "Summary of the work so far."}
+    edited = table.plan("t", rendered, [*MESSAGES, summary, tool])
+    assert edited.splice is None and edited.segment == "history_edited" and edited.prompt == rendered
+
+
+def test_a_side_call_is_a_new_thread() -> None:
+    table = ThreadTable()
+    table.record("t", "c1", SYSTEM, table.plan("t", SYSTEM), [900, EOT], "stop", eos_stop=True)
+    side = [1, 99, EOT, NL, 1, 70, NL]  # another system prompt: a title or a sub-agent
+    other = table.plan("t", side)
+    assert other.splice is None and other.segment is None
+
+
+def test_the_same_request_again_is_a_retry_on_the_same_exact_prompt() -> None:
+    table = ThreadTable()
+    first = table.plan("t", SYSTEM)
+    table.record("t", "c1", SYSTEM, first, [900, EOT], "stop", eos_stop=True)
+    rendered = SYSTEM + [900, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
+    second = table.plan("t", rendered)
+    table.record("t", "c2", rendered, second, [901, EOT], "stop", eos_stop=True)
+    again = table.plan("t", rendered)
+    assert again.prompt == second.prompt and again.splice is not None and again.splice.retry
+
+
+def test_trials_are_independent_and_ended_trials_forget_their_threads() -> None:
+    table = ThreadTable()
+    table.record("a", "c1", SYSTEM, table.plan("a", SYSTEM), [900, EOT], "stop", eos_stop=True)
+    rendered = SYSTEM + [900, EOT, NL, 1, 70, NL]
+    assert table.plan("b", rendered).splice is None
+    assert table.plan("a", rendered).splice is not None
+    table.end("a")
+    assert not table.has("a") and table.plan("a", rendered).splice is None
+
+
+def test_the_table_is_bounded_in_trials() -> None:
+    table = ThreadTable(max_trials=3)
+    for n in range(10):
+        table.record(f"t{n}", "c", SYSTEM, table.plan(f"t{n}", SYSTEM), [900, EOT], "stop", eos_stop=True)
+    assert len(table.trials) == 3 and table.has("t9") and not table.has("t0")
