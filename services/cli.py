@@ -273,33 +273,6 @@ def cmd_trial(args: argparse.Namespace) -> int:
     return 0 if report.status == "ok" else 1
 
 
-def cmd_trial(args: argparse.Namespace) -> int:
-    """One trial of one task (starting a replica and the proxy for it unless --proxy-url is given)."""
-    import json
-
-    from pydantic import ValidationError
-
-    from rlstack.common.process import ServiceFailed
-    from rlstack.envs.agent.one_trial import TrialInputError, TrialRequest, run_one, summary_lines
-
-    try:
-        request = TrialRequest(task_dir=args.task_dir, agent=args.agent, agent_command=args.agent_command, model=args.model,
-                               trials_dir=args.trials_dir, proxy_url=args.proxy_url, trial_key_secret=args.trial_key_secret,
-                               run=args.run, runs_dir=args.runs_dir, max_turns=args.max_turns, max_tokens=args.max_tokens,
-                               temperature=args.temperature, agent_timeout_seconds=args.agent_timeout_seconds,
-                               max_model_len=args.max_model_len)
-        report = run_one(request)
-    except (TrialInputError, ValidationError) as exc:
-        log.error("%s", exc)
-        return 2
-    except ServiceFailed as exc:
-        log.error("could not start the services for the trial: %s", exc)
-        return 1
-    print("\n".join(summary_lines(report)))
-    print(json.dumps(report.model_dump(mode="json")), flush=True)
-    return 0 if report.status == "ok" else 1
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rlstack", description="RL post-training stack: local orchestration and tools")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -401,21 +374,6 @@ def main(argv: list[str] | None = None) -> None:
     box.add_argument("--timeout", type=float, default=600)
     box.add_argument("--keep", action="store_true", help="leave the pod for inspection")
     box.set_defaults(func=cmd_sandbox)
-    trial = sub.add_parser("trial", help="one agent trial of one task: a summary, then one JSON line (what a task author runs first)")
-    trial.add_argument("task_dir", type=Path)
-    trial.add_argument("--agent", default="builtin", choices=["builtin", "claude-code", "oracle", "nop"])
-    trial.add_argument("--agent-command", help="any scaffold by command line; {instruction} (a word of its own) is the task's instruction")
-    trial.add_argument("--model", type=Path, help="model directory for the replica started here (default: the agent's demo model)")
-    trial.add_argument("--trials-dir", type=Path, help="with --proxy-url: that proxy's --trials-dir")
-    trial.add_argument("--proxy-url", help="a running proxy; unset: a registry, one replica and a proxy are started for the trial")
-    trial.add_argument("--trial-key-secret", help="the proxy's trial-key secret; defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
-    trial.add_argument("--run", default="trial")
-    trial.add_argument("--max-turns", type=int, default=8)
-    trial.add_argument("--max-tokens", type=int, default=256)
-    trial.add_argument("--temperature", type=float, default=1.0)
-    trial.add_argument("--agent-timeout", type=float)
-    trial.add_argument("--max-model-len", type=int)
-    trial.set_defaults(func=cmd_trial)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     sys.exit(args.func(args))
