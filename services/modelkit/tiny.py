@@ -8,7 +8,9 @@ Hugging Face model directory. The context is long enough for claude-code's first
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -30,7 +32,8 @@ class TinyModelSpec(BaseModel):
     seed: int = 0
 
 
-def train_tokenizer(vocab_size: int):
+def train_tokenizer(vocab_size: int, extra_text: Iterable[str] = (), template: Path = TEMPLATE):
+    """BPE on ``corpus.training_corpus()`` plus ``extra_text`` (an agent's own requests, say)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -43,29 +46,30 @@ def train_tokenizer(vocab_size: int):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(training_corpus(), trainer=trainer)
+    tok.train_from_iterator(itertools.chain(training_corpus(), extra_text), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         model_max_length=1 << 30, clean_up_tokenization_spaces=False,
     )
-    fast.chat_template = TEMPLATE.read_text()
+    fast.chat_template = template.read_text()
     return fast
 
 
-def is_current(out: Path) -> bool:
+def is_current(out: Path, template: Path = TEMPLATE) -> bool:
     """A model directory built by this builder with today's chat template (older ones are rebuilt)."""
-    template = out / "chat_template.jinja"
-    return (out / "model.safetensors").exists() and template.exists() and template.read_text() == TEMPLATE.read_text()
+    written = out / "chat_template.jinja"
+    return (out / "model.safetensors").exists() and written.exists() and written.read_text() == template.read_text()
 
 
-def build_tiny_model(out: Path, spec: TinyModelSpec | None = None) -> Path:
+def build_tiny_model(out: Path, spec: TinyModelSpec | None = None, extra_text: Iterable[str] = (),
+                     template: Path = TEMPLATE) -> Path:
     """Write tokenizer, config and random weights to ``out``; returns ``out``."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or TinyModelSpec()
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(spec.vocab_size)
+    tokenizer = train_tokenizer(spec.vocab_size, extra_text, template)
     tokenizer.save_pretrained(out)
     torch.manual_seed(spec.seed)
     config = Qwen2Config(

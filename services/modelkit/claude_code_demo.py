@@ -1,0 +1,110 @@
+"""Build the claude-code demo policy: tokenizer and tiny model made here, warm-started on what
+the real claude-code CLI sent while the scripted teacher solved generated tasks.
+
+1. capture (``claude_code_capture.py``): claude-code, the proxy and the teacher on generated
+   tasks of a seed disjoint from the training tasks; skipped when the capture exists;
+2. the tokenizer is trained on the usual corpus plus the rendered conversations, so claude-code's
+   system prompt and tool schemas take few tokens;
+3. supervised warm start on the conversations, each call rendered as vLLM renders it
+   (``claude_code_corpus.py``): prompts masked, the teacher's turns trained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, Field
+
+from rlstack.envs.harbor.make_tasks import FAMILIES, generate
+from rlstack.modelkit.agent_warm_start import _batch
+from rlstack.modelkit.claude_code_capture import CaptureSpec, capture
+from rlstack.modelkit.claude_code_corpus import (
+    TEMPLATE,
+    conversations,
+    encode,
+    load_exchanges,
+    render_prompt,
+    tokenizer_text,
+)
+from rlstack.modelkit.teacher import FINAL_TEXT
+from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+from rlstack.modelkit.warm_start import sft_steps
+
+log = logging.getLogger(__name__)
+RECORD = "rlstack-claude-code-warm-start.json"
+
+
+class ClaudeCodeDemoSpec(BaseModel):
+    capture_tasks: int = Field(default=84, ge=1)
+    """Generated tasks claude-code solves with the teacher (all families in turn)."""
+    capture_seed: int = 1000
+    """Disjoint from the seed of the training tasks."""
+    capture_concurrency: int = Field(default=4, ge=1)
+    tokenizer_weight: int = Field(default=10, ge=0)
+    """How often each captured conversation is repeated in the tokenizer's corpus."""
+    max_position_embeddings: int = Field(default=4096, ge=512)
+    """claude-code's conversations are ~1k tokens in this tokenizer; vLLM serves this context."""
+    steps: int = Field(default=150, ge=0)
+    batch_size: int = Field(default=8, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    max_seconds: float = Field(default=480, gt=0)
+    seed: int = 0
+
+
+def is_built(out: Path) -> bool:
+    from rlstack.modelkit.tiny import is_current
+
+    return is_current(out, TEMPLATE) and (out / RECORD).exists()
+
+
+def complete(threads: list[list[dict]]) -> list[list[dict]]:
+    """Conversations that ended with the teacher's final answer (a trial cut short is left out)."""
+    return [t for t in threads if t[-1]["response"].get("content") == FINAL_TEXT]
+
+
+def build_claude_code_demo(out: Path, capture_dir: Path, spec: ClaudeCodeDemoSpec, progress: bool = True) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.monotonic()
+    if not (capture_dir / "exchanges.jsonl").exists():
+        result = capture(generate(spec.capture_tasks, spec.capture_seed, FAMILIES), capture_dir,
+                         CaptureSpec(concurrency=spec.capture_concurrency))
+        log.info("captured %d calls of claude-code on %d tasks (%d solved) in %.0fs", result.exchanges, result.trials,
+                 result.solved, result.seconds)
+    exchanges = load_exchanges(capture_dir / "exchanges.jsonl")
+    threads = complete(conversations(exchanges))
+    if not threads:
+        raise RuntimeError(f"{capture_dir}: no complete claude-code conversation was captured")
+    last = [t[-1] for t in threads]
+    build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
+                     extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE)
+
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    rows, breaks = [], 0
+    for thread in threads:
+        thread_rows, thread_breaks = encode(tokenizer, thread)
+        rows += thread_rows
+        breaks += thread_breaks
+    first_prompt = len(tokenizer(render_prompt(tokenizer, threads[0][0]["request"]), add_special_tokens=False)["input_ids"])
+    longest = max(len(ids) for ids, _ in rows)
+    if longest > spec.max_position_embeddings:
+        raise ValueError(f"a captured conversation is {longest} tokens; max_position_embeddings is {spec.max_position_embeddings}")
+    sft_start = time.monotonic()
+    steps, loss = sft_steps(model, lambda: _batch(rng.sample(rows, min(spec.batch_size, len(rows))), tokenizer.pad_token_id),
+                            spec.steps, spec.lr, spec.max_seconds, "claude-code warm start", progress)
+    model.save_pretrained(out, safe_serialization=True)
+    record = {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
+              "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),
+              "longest_tokens": longest, "steps": steps, "loss": loss, "sft_seconds": time.monotonic() - sft_start,
+              "seconds": time.monotonic() - started, "capture_dir": str(capture_dir)}
+    (out / RECORD).write_text(json.dumps(record, indent=2))
+    log.info("claude-code demo: %s", record)
+    return record
