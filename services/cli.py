@@ -258,18 +258,17 @@ def cmd_trial(args: argparse.Namespace) -> int:
         request = TrialRequest(task_dir=args.task_dir, agent=args.agent, agent_command=args.agent_command, model=args.model,
                                trials_dir=args.trials_dir, proxy_url=args.proxy_url, trial_key_secret=args.trial_key_secret,
                                run=args.run, runs_dir=args.runs_dir, max_turns=args.max_turns, max_tokens=args.max_tokens,
-                               temperature=args.temperature, agent_timeout_seconds=args.agent_timeout,
+                               temperature=args.temperature, agent_timeout_seconds=args.agent_timeout_seconds,
                                max_model_len=args.max_model_len)
         report = run_one(request)
     except (ValidationError, TrialInputError) as exc:
         log.error("%s", exc)
         return 2
     except ServiceFailed as exc:
-        log.error("%s", exc)
+        log.error("could not start the services for the trial: %s", exc)
         return 1
-    for line in summary_lines(report):
-        print(line)
-    print(json.dumps(report.model_dump()))
+    print("\n".join(summary_lines(report)))
+    print(json.dumps(report.model_dump(mode="json")), flush=True)
     return 0 if report.status == "ok" else 1
 
 
