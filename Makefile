@@ -100,9 +100,16 @@ run: setup
 
 # The agent job: the demo model warm-started on tool-call transcripts, generated Harbor tasks,
 # then GRPO on trials of the built-in agent in bubblewrap sandboxes (docs/agent-trials.md).
-run-agent: setup setup-sandbox
+# AGENT=claude-code: the real claude-code CLI instead of the built-in agent (docs/agent-trials.md).
+AGENT ?= builtin
+run-agent: setup setup-sandbox $(if $(filter claude-code,$(AGENT)),setup-claude-code)
+ifeq ($(AGENT),claude-code)
+	$(VENV)/bin/rlstack make-claude-code-demo --out models/claude-code-demo --tasks-out data/claude-code-tasks
+	$(VENV)/bin/rlstack up examples/local-agent-claude-code.yaml
+else
 	$(VENV)/bin/rlstack make-agent-demo --out models/agent-demo --tasks-out data/agent-tasks
 	$(VENV)/bin/rlstack up examples/local-agent.yaml
+endif
 
 # kind cluster with GPU nodes (CPU=1: without), images, helm install, a short run, the health
 # chain, logs on failure, teardown. Needs docker, kind, kubectl and helm; never run on CI here.
