@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory, trajectory_size
+from rlstack.common.auth import bearer
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.agent.agents import (
     AgentLimits,
     builtin_agent,
@@ -54,6 +55,7 @@ from rlstack.envs.trials.records import (
     TrialStatus,
 )
 from rlstack.envs.trials.run import run_trial, write_result
+from rlstack.envs.trials.verdict import judge_agent_exit
 
 log = logging.getLogger(__name__)
 DEFAULT_CONTEXT = 32768
@@ -256,6 +258,7 @@ class AgentEnvRunner(EnvRunner):
         self.am.trial_seconds.labels(self.s.name).observe(time.monotonic() - started)
         paths = TrialPaths.of(self.s.trials_dir, self.s.run_id, trial)
         records = await self._records(paths)
+        result = judge_agent_exit(result, records)  # an agent's own crash is scored unless calls failed
         assembly = assemble(records) if records else None
         if assembly is not None:
             self.am.thread_breaks.labels(self.s.name).inc(assembly.thread_breaks)
@@ -263,7 +266,8 @@ class AgentEnvRunner(EnvRunner):
             result.trajectory = TrajectoryStats(
                 calls=assembly.calls, merged_calls=assembly.merged_calls, thread_breaks=assembly.thread_breaks,
                 failed_calls=assembly.failed_calls, retried_calls=assembly.retried_calls, sequences=len(assembly.sequences),
-                trained_tokens=sum(s.trained_tokens for s in assembly.sequences), merge_share=assembly.merge_share)
+                trained_tokens=sum(s.trained_tokens for s in assembly.sequences), merge_share=assembly.merge_share,
+                spliced_calls=assembly.spliced_calls, edited_segments=assembly.edited_segments)
             await asyncio.to_thread(write_result, paths, result)
             await asyncio.to_thread(self._export_atif, paths, agent.name)
         limit = await self.token_limit()
@@ -280,18 +284,25 @@ class AgentEnvRunner(EnvRunner):
             log.exception("ATIF export of %s failed", paths.root)
 
     async def _records(self, paths: TrialPaths) -> list[TrajectoryRecord]:
-        """The trial's JSONL once the proxy's writer has caught up (it appends after each response)."""
-        seen, quiet_since = -1, time.monotonic()
-        while True:
-            size = await asyncio.to_thread(trajectory_size, paths.root)
-            if size != seen:
-                seen, quiet_since = size, time.monotonic()
-            elif time.monotonic() - quiet_since >= self.s.trajectory_settle_seconds:
-                break
-            await asyncio.sleep(0.1)
-        if not seen:
-            return []
-        return await asyncio.to_thread(read_trajectory, paths.root)
+        """Tell the proxy the trial is over and take the calls it logged (a signal, not a settle delay).
+
+        If the proxy cannot be asked (an older proxy, or it is restarting), the files are read as
+        they are, with a warning: every call already answered is on disk or within ms of it."""
+        from rlstack.common.contracts.trial_end import TrialEnd, end_token
+
+        secret = self.s.trial_key_secret.get_secret_value() if self.s.trial_key_secret else None
+        url = f"{str(self.s.proxy_url).rstrip('/')}/trials/{self.s.run_id}/{paths.root.name}/end"
+        try:
+            async with httpx.AsyncClient(timeout=60) as client:
+                reply = await client.post(url, headers=bearer(end_token(secret, self.s.run_id, paths.root.name)))
+            reply.raise_for_status()
+            ended = TrialEnd.model_validate_json(reply.content)
+            if ended.in_flight:
+                log.warning("trial %s: the proxy was still logging %d call(s) at its end", paths.root.name, ended.in_flight)
+            return ended.records
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("trial %s: the proxy did not answer its end (%r); reading its files as they are", paths.root.name, exc)
+            return await asyncio.to_thread(read_trajectory, paths.root)
 
     async def one_trial(self, task: HarborTask, trial: str, agent: AgentSpec | None = None) -> TrialOutcome:
         """One trial outside any group (``rlstack trial``): run, its logged calls, assembly, result.json."""

@@ -6,7 +6,8 @@ them: the trial's workspace at /app and its log directories under /logs. Dataset
 trials are covered by empty tmpfs mounts, so an agent cannot read the tests or solutions.
 It gets its own pid namespace (when its first process dies, the kernel kills every process
 left inside, even one that left the process group), no capabilities, and dies with its parent.
-The network is the host's: agents must reach the proxy on loopback.
+With ``unshare_net`` it also gets its own network namespace: a loopback of its own and no route
+out (``netbridge`` brings the proxy in through a unix socket).
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ def runtime_paths() -> list[Path]:
     replaces with its own."""
     import rlstack
 
-    return [Path(sys.prefix).resolve(), Path(rlstack.__file__).resolve().parents[1]]
+    return [Path(sys.prefix).resolve(), Path(rlstack.__file__).resolve().parents[1], Path(sys.base_prefix).resolve()]
 
 
 def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], command: Sequence[str],
-               chdir: str, status_fd: int | None = None, expose: Sequence[Path] = ()) -> list[str]:
+               chdir: str, status_fd: int | None = None, expose: Sequence[Path] = (), unshare_net: bool = False,
+               hide_first: Sequence[Path] = ()) -> list[str]:
     """``expose``: host paths shown read-only at the same place even under /tmp (also over a bind
-    onto /tmp), before ``hide`` covers what must stay private inside them."""
+    onto /tmp), before ``hide`` covers what must stay private inside them. ``hide_first``: covered
+    before ``expose`` (home directories: what is exposed inside one, the agent's runtime, stays)."""
     taken = {b.target.strip("/").split("/")[0] for b in binds} | _OWN
     argv = [bwrap]
     for name in sorted(os.listdir("/")):
@@ -52,6 +55,9 @@ def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], comma
             argv += ["--ro-bind", path, path]
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     # Binds first: one may cover /tmp (a pod's emptyDir), and what is exposed must stay visible over it.
+    for path in hide_first:
+        if path.is_absolute() and path != Path("/") and path.exists():
+            argv += ["--tmpfs", str(path)]
     for bind in binds:
         argv += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
     for path in expose:
@@ -62,6 +68,8 @@ def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], comma
             argv += ["--tmpfs", str(path)]
     argv += ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
              "--cap-drop", "ALL", "--chdir", chdir]
+    if unshare_net:
+        argv.append("--unshare-net")
     if status_fd is not None:
         argv += ["--json-status-fd", str(status_fd)]
     return [*argv, "--", *command]

@@ -8,6 +8,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+def default_hidden_paths() -> list[Path]:
+    """What no agent reads unless asked: home directories (keys, tokens, shell history), and in the
+    checkout the runs (other trials, checkpoints), the generated datasets and the example tasks'
+    tests and solutions."""
+    from rlstack.envs.sandboxes.bwrap import runtime_paths
+
+    checkout = runtime_paths()[1]
+    tasks = checkout / "examples" / "tasks"
+    return [Path("/home"), Path("/root"), Path.home(), checkout / "runs", checkout / "data",
+            *sorted(tasks.glob("*/tests")), *sorted(tasks.glob("*/solution"))]
+
+
 class LocalSandboxConfig(BaseModel):
     """Trials as bubblewrap-sandboxed child processes on this host."""
 
@@ -22,8 +34,12 @@ class LocalSandboxConfig(BaseModel):
     """Between SIGTERM and SIGKILL when a phase times out."""
     keep_workspaces: bool = False
     """Leave each trial's workspace on disk after the trial (debugging)."""
-    hide_paths: list[Path] = Field(default_factory=list)
-    """More host paths to cover with an empty tmpfs (home directories holding credentials, say)."""
+    hide_paths: list[Path] = Field(default_factory=default_hidden_paths)
+    """Host paths covered by an empty tmpfs (besides the trial's dataset and other trials, always
+    hidden); default ``default_hidden_paths()``. The agent's runtime stays visible inside them."""
+    network: Literal["proxy", "host"] = "proxy"
+    """``proxy``: the sandbox has its own network namespace and reaches only the proxy named by
+    the agent's ``*_BASE_URL`` (``netbridge``); ``host``: the host's network, every loopback service."""
     path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     """PATH inside the sandbox unless the agent's environment sets its own."""
 

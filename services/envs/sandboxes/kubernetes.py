@@ -153,7 +153,10 @@ class KubernetesSandbox:
             volume_mounts=[app, tmp, mount(LOGS_AGENT, "agent", read_only=True), mount(LOGS_VERIFIER, "verifier"),
                            mount(TESTS, f"{STAGE}/tests", read_only=True)],
             init_containers=[
-                {"name": "workspace", "image": c.image, "command": ["sh", "-c", f"cp -a /seed/. {APP}/"],
+                # Entry by entry: `cp -a /seed/. /app/` also sets /app's own times, which a non-root
+                # user may not do on the kubelet's root-owned emptyDir (EPERM, exit 1).
+                {"name": "workspace", "image": c.image,
+                 "command": ["find", "/seed", "-mindepth", "1", "-maxdepth", "1", "-exec", "cp", "-a", "{}", f"{APP}/", ";"],
                  "volumeMounts": [app, mount("/seed", f"{STAGE}/workspace", read_only=True)]},
                 {"name": "agent", "image": c.image, "workingDir": APP, "env": env(job.agent_env),
                  "command": phase(LOGS_AGENT, job.agent_timeout_sec, AGENT_STDOUT, AGENT_STDERR, job.agent_command,

@@ -4,7 +4,8 @@ Per trial: a workspace directory filled with the task's environment files, then 
 (workspace at /app, its log directory at /logs/agent) and then the verifier (same workspace,
 tests at /tests, /logs/verifier), each a child process group with its own timeout. The
 workspace is removed afterwards. Resource limits of ``task.toml`` are not enforced here (the
-kubernetes backend sets them on the pod); nor is the network isolated (agents need the proxy).
+kubernetes backend sets them on the pod). Each phase has its own network namespace; the agent
+reaches the proxy named by its ``*_BASE_URL`` through ``netbridge`` and nothing else on the host.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import (
@@ -40,11 +43,15 @@ from rlstack.envs.sandboxes.base import (
 )
 from rlstack.envs.sandboxes.bwrap import Bind, bwrap_argv, runtime_paths
 from rlstack.envs.sandboxes.config import LocalSandboxConfig
+from rlstack.envs.sandboxes.netbridge import HostBridge
 from rlstack.envs.sandboxes.procgroup import kill_group, run_group
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup-sandbox`)"
+NET_DIR = "/tmp/.rlstack-net"
+"""Inside the sandbox: the unix sockets that lead to the proxy."""
+BRIDGE = Path(__file__).with_name("netbridge.py")
 
 
 class LocalSandbox:
@@ -68,7 +75,7 @@ class LocalSandbox:
             raise SandboxUnavailable(f"local sandbox: {self.config.bwrap!r} not found: {INSTALL_HINT}")
         with tempfile.TemporaryDirectory() as scratch:
             argv = bwrap_argv(self.config.bwrap, binds=[Bind(Path(scratch), APP, writable=True)], hide=[],
-                              command=["sh", "-c", f"touch {APP}/ok"], chdir=APP)
+                              command=["sh", "-c", f"touch {APP}/ok"], chdir=APP, unshare_net=self._isolated)
             try:
                 done = subprocess.run(argv, env={"PATH": self.config.path}, capture_output=True, timeout=30)
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -114,8 +121,17 @@ class LocalSandbox:
     def _started(self, key: str, pgid: int) -> None:
         self._active[key] = pgid
 
-    def _hidden(self, job: SandboxJob) -> list[Path]:
-        return [*job.private_paths, *self.config.hide_paths, self.work_dir]
+    @property
+    def _isolated(self) -> bool:
+        return self.config.network == "proxy"
+
+    def _hidden(self, job: SandboxJob) -> tuple[list[Path], list[Path]]:
+        """(covered before the runtime is exposed, covered after): a hidden directory that holds the
+        agent's runtime (a home holding the checkout) goes first, so the runtime stays visible in it."""
+        runtime = runtime_paths()
+        hidden = [*job.private_paths, *self.config.hide_paths, self.work_dir]
+        first = [p for p in hidden if any(r != p and r.is_relative_to(p) for r in runtime)]
+        return first, [p for p in hidden if p not in first]
 
     async def _agent(self, job: SandboxJob, workspace: Path) -> PhaseOutcome:
         binds = [Bind(workspace, APP, writable=True), Bind(job.agent_dir, LOGS_AGENT, writable=True)]
@@ -123,8 +139,19 @@ class LocalSandbox:
             if job.task.solution_dir is None:
                 raise SandboxError(f"task {job.task.name} has no solution/solve.sh to mount")
             binds.append(Bind(job.task.solution_dir, SOLUTION))
-        outcome = await self._phase(job, "agent", binds, job.agent_command, job.agent_env, job.agent_timeout_sec,
-                                    stdout=job.agent_dir / AGENT_STDOUT, stderr=job.agent_dir / AGENT_STDERR)
+        command, env, bridges = job.agent_command, job.agent_env, []
+        sockets = Path(tempfile.mkdtemp(prefix="rls-net-")) if self._isolated else None
+        try:
+            if sockets is not None:
+                command, env, bridges = await _bridge(job, sockets)
+                binds.append(Bind(sockets, NET_DIR))
+            outcome = await self._phase(job, "agent", binds, command, env, job.agent_timeout_sec,
+                                        stdout=job.agent_dir / AGENT_STDOUT, stderr=job.agent_dir / AGENT_STDERR)
+        finally:
+            for bridge in bridges:
+                await bridge.close()
+            if sockets is not None:
+                shutil.rmtree(sockets, ignore_errors=True)
         safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=_trial_dir(job))
         return outcome
 
@@ -143,8 +170,9 @@ class LocalSandbox:
         os.set_blocking(read_fd, False)
         started_at = datetime.now(UTC)
         try:
-            argv = bwrap_argv(self.config.bwrap, binds=binds, hide=self._hidden(job), command=command, chdir=APP,
-                              status_fd=write_fd, expose=runtime_paths())
+            first, hide = self._hidden(job)
+            argv = bwrap_argv(self.config.bwrap, binds=binds, hide=hide, hide_first=first, command=command, chdir=APP,
+                              status_fd=write_fd, expose=runtime_paths(), unshare_net=self._isolated)
             sandbox_env = {"PATH": self.config.path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", **env}
             try:
                 done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
@@ -168,6 +196,31 @@ class LocalSandbox:
         exit_code = status.get("exit-code", done.returncode) if not done.timed_out else done.returncode
         return PhaseOutcome(started_at=started_at, finished_at=finished_at, exit_code=exit_code,
                             timed_out=done.timed_out)
+
+
+async def _bridge(job: SandboxJob, sockets: Path) -> tuple[list[str], dict[str, str], list[HostBridge]]:
+    """One host socket per address the agent's ``*_BASE_URL`` names (the proxy), the agent command
+    wrapped in the in-sandbox forwarder, and the URLs pointed at the sandbox's own 127.0.0.1."""
+    env, ports, bridges, forwards = dict(job.agent_env), {}, [], []
+    for key, value in job.agent_env.items():
+        url = urlsplit(value)
+        if not key.endswith("_BASE_URL") or url.scheme != "http" or not url.hostname:
+            continue
+        target = (url.hostname, url.port or 80)
+        if target not in ports:
+            inside = target[1]
+            while inside in ports.values():
+                inside += 1
+            ports[target] = inside
+            path = sockets / f"{inside}.sock"
+            bridge = HostBridge(str(path), *target)
+            await bridge.start()
+            bridges.append(bridge)
+            forwards += ["--forward", f"{inside}={NET_DIR}/{path.name}"]
+        env[key] = urlunsplit(url._replace(netloc=f"127.0.0.1:{ports[target]}"))
+    if not bridges:
+        return job.agent_command, env, bridges
+    return [sys.executable, "-I", str(BRIDGE), *forwards, "--", *job.agent_command], env, bridges
 
 
 def _trial_dir(job: SandboxJob) -> Path:

@@ -117,6 +117,10 @@ class TrajectoryStats(BaseModel):
     sequences: int
     trained_tokens: int
     merge_share: float | None = None
+    spliced_calls: int = 0
+    """Calls the proxy sent on an earlier call's exact ids (token-in)."""
+    edited_segments: int = 0
+    """Calls whose history the agent itself changed (compaction): new segments, not breaks."""
 
 
 class TrialResult(BaseModel):
