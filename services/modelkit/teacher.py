@@ -95,7 +95,8 @@ class Teacher:
 
     def find_task(self, messages: list[dict[str, Any]]) -> TaskSpec | None:
         users = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
-        return next((spec for text, spec in self.tasks.items() if text in users), None)
+        # the longest: one greeting's instruction can be the start of another's
+        return max((spec for text, spec in self.tasks.items() if text in users), key=lambda s: len(s.instruction), default=None)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         """The next assistant message: the next reference tool call, or the final text."""
