@@ -109,6 +109,9 @@ class EnvSettings(ServiceSettings):
     """kubernetes: ``trials_dir``'s path inside that claim."""
     sandbox_python: str = "python"
     """kubernetes: the Python (with rlstack) inside ``sandbox_image``."""
+    sandbox_hide_paths: list[Path] | None = None
+    """local: host paths the sandbox covers with an empty tmpfs; unset: home directories, the checkout's
+    runs/ and data/, the example tasks' tests and solutions (the dataset and the run's trials always)."""
     trials_dir: Path = Path("trials")
     """harbor: the proxy's ``--trials-dir`` (shared): trial records and the proxy's JSONL meet here."""
     max_concurrent_trials: int = Field(default=4, ge=1, le=4096)

@@ -176,7 +176,8 @@ class AgentEnvRunner(EnvRunner):
                                              trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
             sandbox = build_sandbox(config, manager)
         else:
-            sandbox = build_sandbox(LocalSandboxConfig())
+            hide = {} if self.s.sandbox_hide_paths is None else {"hide_paths": self.s.sandbox_hide_paths}
+            sandbox = build_sandbox(LocalSandboxConfig(**hide))
         sandbox.check()
         return sandbox
 
