@@ -128,8 +128,6 @@ class EnvSettings(ServiceSettings):
     max_staleness: int | None = Field(default=None, ge=0)
     """harbor: start a group only while the served policy is at most this many versions behind the
     number of batches already started (bounds staleness at trial start, not at batch time)."""
-    trajectory_settle_seconds: float = Field(default=1.0, ge=0, le=60)
-    """harbor: after a trial, wait until the proxy's JSONL has not grown for this long."""
     sandbox_reaper: bool = False
     """In a cluster: delete this server's sandbox pods once finished for a grace period, or past the TTL."""
     sandbox_ttl_seconds: float = Field(default=7200.0, gt=0)

@@ -24,12 +24,14 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rlstack.common.auth import bearer
+from rlstack.common.contracts.trajectory import read_trajectory
+from rlstack.common.contracts.trial_end import TrialEnd, end_token_ok
 from rlstack.common.logs import configure_logging
 from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.server import health_response, readiness_response
 from rlstack.common.supervise import Supervisor
-from rlstack.common.trial_keys import mint
+from rlstack.common.trial_keys import PATH_PREFIX, mint
 from rlstack.proxy.auth import TrialAuth
 from rlstack.proxy.config import ProxySettings
 from rlstack.proxy.discovery import Discovery, ReplicaView
@@ -42,6 +44,7 @@ from rlstack.proxy.writer import TrajectoryWriter
 log = logging.getLogger(__name__)
 OPS_PATHS = {"/healthz", "/readyz", "/metrics", "/health/readiness", "/health/ping"}
 HEALTH_TRIAL = "ping"
+END_WAIT_SECONDS = 30.0
 
 
 class ProxyApp:
@@ -72,6 +75,7 @@ class ProxyApp:
         self.ops = Starlette(routes=[
             Route("/healthz", self.healthz), Route("/readyz", self.readyz), Route("/health/readiness", self.readyz),
             Route("/metrics", self.metrics_route), Route("/health/ping", self.ping),
+            Route("/trials/{run}/{trial}/end", self.end_trial, methods=["POST"]),
         ], lifespan=self.lifespan)
         self.state = self.ops.state  # run_service reads the exit code from state.supervisor
         self.state.supervisor = self.supervisor
@@ -82,7 +86,7 @@ class ProxyApp:
         await self.asgi(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan" or scope.get("path") in OPS_PATHS:
+        if scope["type"] == "lifespan" or scope.get("path") in OPS_PATHS or _is_end(scope):
             await self.ops(scope, receive, send)
         else:
             await self.front(scope, receive, send)
@@ -164,8 +168,31 @@ class ProxyApp:
         ok, detail = await self._ping()
         return JSONResponse({"ok": ok, **detail}, status_code=200 if ok else 503)
 
+    async def end_trial(self, request: Request) -> JSONResponse:
+        """The env's signal that a trial is over: wait for its calls' records, flush, forget its threads, answer them."""
+        run, trial = request.path_params["run"], request.path_params["trial"]
+        presented = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not end_token_ok(self.auth.secret, run, trial, presented):
+            return JSONResponse({"error": {"message": "authorization: not this trial's end token", "param": "authorization"}},
+                                status_code=401)
+        in_flight = await self.hooks.wait_logged(run, trial, END_WAIT_SECONDS)
+        await asyncio.to_thread(self.writer.flush)
+        if self.token_in is not None:
+            self.token_in.end_trial(f"{run}/{trial}")
+        records = await asyncio.to_thread(read_trajectory, self.settings.trials_dir / run / trial)
+        self.metrics.trials_ended.inc()
+        body = TrialEnd(run=run, trial=trial, records=records, in_flight=in_flight)
+        return JSONResponse(body.model_dump(mode="json"))
+
     async def metrics_route(self, request: Request):  # noqa: ANN201
         return metrics_response(self.registry)
+
+
+def _is_end(scope: Scope) -> bool:
+    if scope.get("type") != "http" or not scope.get("path", "").endswith("/end"):
+        return False
+    match = PATH_PREFIX.match(scope["path"])
+    return bool(match) and match["rest"] == "/end"
 
 
 def writer_id_for(settings: ProxySettings) -> str:

@@ -6,8 +6,10 @@ the call into a ``TrajectoryRecord`` for the writer thread and count it in the m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,8 @@ class RLStackHooks(CustomLogger):
         self.token_in = token_in
         self.sticky = sticky
         self.calls: dict[str, CallContext] = {}
+        self.pending: Counter[str] = Counter()
+        """Per ``run/trial``, calls started here whose record is not yet with the writer."""
 
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):  # noqa: ANN001 - LiteLLM's signature
         if call_type not in ("completion", "acompletion", "anthropic_messages"):
@@ -58,6 +62,7 @@ class RLStackHooks(CustomLogger):
             self._expire_old()
             request = {k: data[k] for k in REQUEST_KEYS if k in data}
             self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request)
+            self.pending[f"{run}/{trial}"] += 1
         # vLLM's own ids and logprobs, on every upstream call.
         data["logprobs"] = True
         extra = dict(data.get("extra_body") or {})
@@ -76,7 +81,7 @@ class RLStackHooks(CustomLogger):
         if len(self.calls) > 10_000:
             cutoff = time.time() - CONTEXT_TTL
             for key in [k for k, c in self.calls.items() if c.created < cutoff]:
-                del self.calls[key]
+                self._settle(self.calls.pop(key))
 
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):  # noqa: ANN001
         self._record(kwargs, response_obj, start_time, end_time, error=None)
@@ -98,6 +103,27 @@ class RLStackHooks(CustomLogger):
         ctx = self.calls.pop(call_id, None)
         if ctx is None:
             return  # not a proxied model call (health checks, warm-up without context)
+        try:
+            self._write(ctx, call_id, kwargs, response, start_time, end_time, error)
+        finally:
+            self._settle(ctx)
+
+    def _settle(self, ctx: CallContext) -> None:
+        key = f"{ctx.run}/{ctx.trial}"
+        self.pending[key] -= 1
+        if self.pending[key] <= 0:
+            del self.pending[key]
+
+    async def wait_logged(self, run: str, trial: str, timeout: float) -> int:
+        """Wait until every call of the trial started in this process is with the writer; the calls still pending."""
+        deadline = time.monotonic() + timeout
+        key = f"{run}/{trial}"
+        while self.pending.get(key, 0) > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return self.pending.get(key, 0)
+
+    def _write(self, ctx: CallContext, call_id: str, kwargs: dict, response: Any, start_time, end_time,  # noqa: ANN001
+               error: str | None) -> None:
         params = kwargs.get("litellm_params") or {}
         replica = self._replica(params)
         started, ended = _ts(start_time), _ts(end_time)

@@ -28,6 +28,12 @@ class ProxyMetrics:
                                     multiprocess_mode="livemin")
         self.trajectory_lines = Counter("rlstack_proxy_trajectory_lines", "Trajectory lines by outcome (written, failed)", ["outcome"],
                                         registry=registry)
+        self.token_in = Counter("rlstack_proxy_token_in_calls", "Calls of known trials by how their prompt was made: "
+                                "spliced (exact ids of the thread + rendered tail), repaired (spliced where re-rendering "
+                                "the history would have drifted), edited (the agent changed its history: new segment), "
+                                "unspliced (other)", ["outcome"], registry=registry)
+        self.trials_ended = Counter("rlstack_proxy_trials_ended", "Trials an env declared over (their records handed back)",
+                                    registry=registry)
         self._last_seen: dict[str, float] = {}
         self._next_prune = 0.0
 
@@ -43,6 +49,14 @@ class ProxyMetrics:
         usage = record.usage or {}
         self.prompt_tokens.labels(replica).inc(usage.get("prompt_tokens") or 0)
         self.completion_tokens.labels(replica).inc(usage.get("completion_tokens") or 0)
+        if record.splice is not None:
+            self.token_in.labels("spliced").inc()
+            if not record.splice.rerendered_exact:
+                self.token_in.labels("repaired").inc()
+        elif record.segment == "history_edited":
+            self.token_in.labels("edited").inc()
+        elif record.segment is not None:
+            self.token_in.labels("unspliced").inc()
         now = time.time()
         self._last_seen[f"{record.run_id}/{record.trial_id}"] = now
         # The set() feeds the multiprocess view; pruning the window walks every trial, so not per call.

@@ -41,6 +41,12 @@ class TrajectoryWriter:
     def submit(self, record: TrajectoryRecord) -> None:
         self._queue.put(record)
 
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Block until everything submitted before this call is on disk (or the timeout)."""
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
         self._thread.join(timeout)
@@ -55,9 +61,10 @@ class TrajectoryWriter:
             while not self._queue.empty() and len(batch) < 256:
                 batch.append(self._queue.get_nowait())
             stop = any(item is _STOP for item in batch)
+            flushed = [item for item in batch if isinstance(item, threading.Event)]
             by_file: dict[Path, list[bytes]] = {}
             for item in batch:
-                if item is not _STOP:
+                if item is not _STOP and not isinstance(item, threading.Event):
                     line = item.model_dump_json(exclude_none=False).encode() + b"\n"
                     by_file.setdefault(self.path_for(item.run_id, item.trial_id), []).append(line)
             for path, lines in by_file.items():
@@ -71,5 +78,7 @@ class TrajectoryWriter:
                     self.failed += len(lines)
                     self._count("failed", len(lines))
                     log.exception("could not write %d trajectory lines to %s", len(lines), path)
+            for event in flushed:
+                event.set()
             if stop:
                 return

@@ -90,3 +90,26 @@ def test_an_edited_history_starts_a_new_segment_rendered_as_sent(proxy, replica)
     rendered = httpx.post(f"{replica.vllm_url}/tokenize", json={"model": "policy", "messages": edited, "tools": TOOLS_OPENAI,
                                                                  "add_generation_prompt": True}).json()["tokens"]
     assert second["prompt_token_ids"] == rendered  # the agent's own history, rendered, never spliced over
+
+
+def test_ending_a_trial_hands_back_every_call_and_only_to_the_env(proxy):
+    from rlstack.common.contracts.trial_end import TrialEnd, end_token
+    from tests.integration.inference.conftest import SECRET
+
+    run, trial = "tokenin", "ended"
+    key = proxy.key(run, trial)
+    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List the files."}]
+    for n in range(3):
+        messages += [openai_turn(proxy, key, messages, stream=False), {"role": "user", "content": f"step {n}"}]
+    url = f"{proxy.url}/trials/{run}/{trial}/end"
+    # The agent holds its trial key, not the end token: it can neither end its trial nor read it back.
+    assert httpx.post(url, headers={"Authorization": f"Bearer {key}"}).status_code == 401
+    assert httpx.post(url, headers={"Authorization": f"Bearer {end_token(SECRET, run, 'other')}"}).status_code == 401
+    reply = httpx.post(url, headers={"Authorization": f"Bearer {end_token(SECRET, run, trial)}"}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    ended = TrialEnd.model_validate_json(reply.content)
+    assert ended.in_flight == 0 and len(ended.records) == 3  # at once: no waiting for files to settle
+    assert [r.request_id for r in ended.records] == [r.request_id for r in read_trajectory(proxy.trials_dir / run / trial)]
+    # The trial's threads are forgotten: a late call is not spliced onto them.
+    openai_turn(proxy, key, messages, stream=False)
+    assert proxy.lines(run, trial, expect=4)[-1]["splice"] is None
