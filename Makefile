@@ -10,7 +10,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code test test-unit run run-agent e2e bench lint clean
+.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -85,7 +85,17 @@ setup-claude-code: .cache/claude-code/node_modules/.bin/claude
 	@command -v npm >/dev/null || ( echo "npm is needed for claude-code (Debian: apt-get install npm)"; exit 1 )
 	npm install --no-fund --no-audit --prefix .cache/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 
-test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code
+# mini-swe-agent (PyPI) in its own environment: a third-party scaffold the tests run by command
+# (--agent-command), through the proxy, as any agent that honours OPENAI_BASE_URL would run.
+MINI_SWE_AGENT_VERSION := 2.4.6
+setup-mini-swe-agent: .venv-mini/.installed
+
+.venv-mini/.installed:
+	@test -x .venv-mini/bin/python || $(PYTHON) -m venv .venv-mini
+	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)'
+	@touch $@
+
+test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent
 	$(VENV)/bin/ruff check services tests bench k8s
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

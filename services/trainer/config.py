@@ -75,7 +75,10 @@ class TrainerSettings(ServiceSettings):
     trials_dir: Path | None = None
     """The proxy's trajectory directory, counted into summary.json."""
     eval_url: HttpUrl | None = None
-    """An env server whose POST /evaluate gives greedy held-out accuracy before the first and after the last step."""
+    """An env server whose POST /evaluate gives its held-out score (greedy accuracy; an agent env's
+    pass rate) before the first and after the last step."""
+    eval_every: int | None = Field(default=None, ge=1)
+    """Also evaluate every this many steps (on the weights just published), into evals.jsonl."""
     steps: int = Field(default=60, ge=1)
     batch_size: int = Field(default=64, ge=1)
     """Sequences per optimiser step (the batcher's batch size)."""

@@ -28,13 +28,17 @@ from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraS
 from rlstack.trainer.engine import Engine, ShardedPolicy, load_policy  # noqa: F401 - load_policy: imported from here by tests
 from rlstack.trainer.metrics import TrainerMetrics
 from rlstack.trainer.report import (
+    EvalRecord,
     EvalResult,
     StepRecord,
+    append_eval,
     append_record,
     count_trajectories,
     plot,
+    read_evals,
     read_records,
     summarize,
+    trial_stats,
     write_summary,
 )
 from rlstack.trainer.sync import WeightPublisher
@@ -110,6 +114,7 @@ class TrainingLoop:
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
         self.records_path = self.run_dir / "metrics.jsonl"
+        self.evals_path = self.run_dir / "evals.jsonl"
         self.engine: Engine | None = None
         self.model = None
         """What the publisher syncs: the model itself, or a handle on the sharded one under torchrun."""
@@ -160,11 +165,38 @@ class TrainingLoop:
                     r = await client.post(url)
                     if r.status_code == 200:
                         return EvalResult.model_validate(r.json())
+                    if 400 <= r.status_code < 500:  # the env answered: it has nothing to evaluate (say why once)
+                        log.warning("no evaluation from %s: %d %s", url, r.status_code, r.text[:300])
+                        return None
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(1.0)
         log.warning("no evaluation from %s", url)
         return None
+
+    async def _eval_round(self, phase: str) -> EvalResult | None:
+        """Evaluate the weights published last, once every replica serves them; recorded in
+        evals.jsonl, the eval gauge and W&B."""
+        if self.s.eval_url is None:
+            return None
+        self.status.phase = "evaluating"
+        if phase != "before":
+            await self._wait_for_registry(self.weight_version)
+        result = await self._evaluate()
+        if result is not None:
+            record = EvalRecord(**result.model_dump(), step=self.step, phase=phase)
+            await asyncio.to_thread(append_eval, self.evals_path, record)
+            self.metrics.eval_score.set(result.accuracy)
+            log.info("held-out score %s at step %d: %.3f of %d", phase, self.step, result.accuracy, result.problems)
+        if self.tracker is not None:
+            self.tracker.evaluation(phase, result, self.step)
+        return result
+
+    def _prune_evals(self) -> None:
+        """After a resume, evaluations of steps lost with the process go too (as their step records do)."""
+        kept = [e for e in read_evals(self.evals_path) if e.step <= self.step]
+        if self.evals_path.exists():
+            self.evals_path.write_text("".join(e.model_dump_json() + "\n" for e in kept))
 
     async def _wait_for_registry(self, version: int, timeout: float = 30.0) -> None:
         """Until every ready replica reports ``version`` (sidecars publish it on their next heartbeat)."""
@@ -271,23 +303,20 @@ class TrainingLoop:
         if self.step > 0:
             await self._publish()  # replicas may have restarted on older weights
         eval_before_path = self.run_dir / "eval_before.json"
+        await asyncio.to_thread(self._prune_evals)
         if self.step == 0:
-            self.status.phase = "evaluating"
-            self.status.eval_before = await self._evaluate()
+            self.status.eval_before = await self._eval_round("before")
             if self.status.eval_before is not None:
                 eval_before_path.write_text(self.status.eval_before.model_dump_json())
-            if self.tracker is not None:
-                self.tracker.evaluation("before", self.status.eval_before, self.step)
         elif eval_before_path.exists():
             self.status.eval_before = EvalResult.model_validate_json(eval_before_path.read_text())
         self.status.phase = "training"
         while self.step < self.s.steps:
             await self.train_one()
-        self.status.phase = "evaluating"
-        await self._wait_for_registry(self.weight_version)
-        self.status.eval_after = await self._evaluate()
-        if self.tracker is not None:
-            self.tracker.evaluation("after", self.status.eval_after, self.step)
+            if self.s.eval_every and self.step % self.s.eval_every == 0 and self.step < self.s.steps:
+                await self._eval_round("during")
+                self.status.phase = "training"
+        self.status.eval_after = await self._eval_round("after")
         await asyncio.to_thread(self.finish)  # reads every trajectory file and draws the plot
         await asyncio.to_thread(self._release_ranks)
 
@@ -300,14 +329,18 @@ class TrainingLoop:
     def finish(self) -> None:
         """Summary, W&B and plot; blocking file IO, so the loop runs it in a worker thread."""
         records = read_records(self.records_path)
+        evals = read_evals(self.evals_path)
+        trials = trial_stats(self.s.trials_dir)
         summary = summarize(records, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
                             sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
-                            model=str(self.s.model), seconds=time.monotonic() - self.started)
+                            model=str(self.s.model), seconds=time.monotonic() - self.started, evals=evals,
+                            agent=trials.agent if trials else None, merge_share=trials.merge_share if trials else None,
+                            trial_stats=trials)
         write_summary(self.run_dir / "summary.json", summary)
         if self.tracker is not None:
             self.tracker.finish(summary)
         if records:
-            plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync_mode} sync)")
+            plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync_mode} sync)", evals)
         self.status.phase = "done"
         log.info("done: %s", summary.model_dump_json())
 

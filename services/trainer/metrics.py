@@ -18,6 +18,8 @@ class TrainerMetrics:
         self.clip_fraction = Gauge("rlstack_trainer_clip_fraction", "Share of trained tokens whose ratio was clipped", registry=registry)
         self.grad_norm = Gauge("rlstack_trainer_grad_norm", "Gradient norm before clipping", registry=registry)
         self.staleness = Gauge("rlstack_trainer_staleness", "Mean policy versions between sampling and training, last batch", registry=registry)
+        self.eval_score = Gauge("rlstack_trainer_eval_score", "Held-out score of the last evaluation (accuracy or pass rate)",
+                                registry=registry)
         self.tokens_per_second = Gauge("rlstack_trainer_tokens_per_second", "Trained tokens per second of the last step", registry=registry)
         self.tokens = Counter("rlstack_trainer_tokens", "Trained tokens", registry=registry)
         self.step_seconds = Histogram("rlstack_trainer_step_seconds", "Seconds per optimiser step", registry=registry,

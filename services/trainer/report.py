@@ -1,13 +1,17 @@
-"""What a run leaves behind: one JSON line per step, summary.json and reward.png.
+"""What a run leaves behind: one JSON line per step, one per held-out evaluation, summary.json
+and reward.png.
 
 The summary's reward_first/reward_last are means over the first and last ten steps (the
-issue's learning criterion); the plot shows reward and staleness per step.
+issue's learning criterion); the plot shows reward, the held-out score and staleness per step.
+An agent run's summary also says which agent worked and how its continued calls merged, read
+from the trials' ``result.json`` files.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -39,9 +43,36 @@ class StepRecord(BaseModel):
 
 
 class EvalResult(BaseModel):
+    """An env server's POST /evaluate: greedy accuracy, or for agent envs the held-out pass rate."""
+
     accuracy: float
     problems: int
     weight_version: int | None = None
+    reward_mean: float | None = None
+    """Agent envs: mean reward of the held-out trials that finished ``ok``."""
+    statuses: dict[str, int] | None = None
+    """Agent envs: how the held-out trials ended (``ok``, ``agent_error``, ...)."""
+
+
+class EvalRecord(EvalResult):
+    """One line of evals.jsonl: an evaluation and when it ran."""
+
+    step: int
+    phase: str
+    """before (step 0), during (every ``eval_every`` steps) or after (the last step)."""
+
+
+class TrialStats(BaseModel):
+    """What the trials' ``result.json`` files say about the agent and its calls (agent runs only)."""
+
+    agent: str | None
+    trials: int
+    continued_calls: int
+    merged_calls: int
+    thread_breaks: int
+    spliced_calls: int
+    merge_share: float | None
+    """Continued calls carried on exact ids / continued calls."""
 
 
 class Summary(BaseModel):
@@ -65,6 +96,13 @@ class Summary(BaseModel):
     step_seconds_median: float | None
     model: str
     seconds: float
+    evals: list[EvalRecord] = []
+    """Every held-out evaluation: before, during (every ``eval_every`` steps) and after training."""
+    agent: str | None = None
+    """Agent runs: the agent that worked the trials (the most frequent, from result.json)."""
+    merge_share: float | None = None
+    """Agent runs: continued calls carried on exact ids / continued calls, over every trial."""
+    trial_stats: TrialStats | None = None
 
 
 def append_record(path: Path, record: StepRecord) -> None:
@@ -83,6 +121,46 @@ def count_trajectories(trials_dir: Path | None) -> int:
     if trials_dir is None or not trials_dir.is_dir():
         return 0
     return sum(sum(1 for line in p.open() if line.strip()) for p in trials_dir.glob(f"*/*/{TRAJECTORY_STEM}*.jsonl"))
+
+
+def append_eval(path: Path, record: EvalRecord) -> None:
+    with path.open("a") as out:
+        out.write(record.model_dump_json() + "\n")
+
+
+def read_evals(path: Path) -> list[EvalRecord]:
+    if not path.exists():
+        return []
+    return [EvalRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def trial_stats(trials_dir: Path | None) -> TrialStats | None:
+    """Sums of the ``trajectory`` block of every ``result.json`` under ``<trials>/<run>/<trial>/``;
+    None when no trial has one (a single-turn run)."""
+    if trials_dir is None or not trials_dir.is_dir():
+        return None
+    agents: Counter[str] = Counter()
+    trials = merged = breaks = spliced = 0
+    for path in trials_dir.glob("*/*/result.json"):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a trial being written, or not one of ours
+        if not isinstance(result, dict) or not isinstance(result.get("trajectory"), dict):
+            continue
+        trajectory = result["trajectory"]
+        trials += 1
+        name = (result.get("agent") or {}).get("name")
+        if isinstance(name, str):
+            agents[name] += 1
+        merged += int(trajectory.get("merged_calls") or 0)
+        breaks += int(trajectory.get("thread_breaks") or 0)
+        spliced += int(trajectory.get("spliced_calls") or 0)
+    if not trials:
+        return None
+    continued = merged + breaks
+    return TrialStats(agent=agents.most_common(1)[0][0] if agents else None, trials=trials, continued_calls=continued, merged_calls=merged,
+                      thread_breaks=breaks, spliced_calls=spliced, merge_share=merged / continued if continued else None)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -108,7 +186,7 @@ def summarize(records: list[StepRecord], **fields) -> Summary:  # noqa: ANN003 -
     )
 
 
-def plot(records: list[StepRecord], path: Path, title: str) -> None:
+def plot(records: list[StepRecord], path: Path, title: str, evals: list[EvalRecord] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,6 +199,9 @@ def plot(records: list[StepRecord], path: Path, title: str) -> None:
     if len(rewards) >= WINDOW:
         rolling = [statistics.fmean(rewards[i - WINDOW + 1 : i + 1]) for i in range(WINDOW - 1, len(rewards))]
         top.plot(steps[WINDOW - 1 :], rolling, color="#1f77b4", linewidth=2, label=f"mean of last {WINDOW}")
+    if evals:
+        top.plot([e.step for e in evals], [e.accuracy for e in evals], color="#2ca02c", marker="o", linewidth=1.5,
+                 label="held-out score")
     top.set_ylabel("reward")
     top.set_title(title)
     top.legend(loc="lower right")

@@ -48,6 +48,7 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
         set_flag(services[name]["args"], "--model", str(model))
     set_flag(services["trainer"]["args"], "--steps", str(STEPS))
     set_flag(services["env"]["args"], "--tasks-dir", str(tasks))
+    set_flag(services["env"]["args"], "--heldout-size", "4")  # of the 16 generated tasks
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
 
@@ -60,7 +61,16 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["mismatch"]["tokens"] > 0 and summary["mismatch_kl_max"] < 0.05  # multi-turn rows line up
 
-    results = [json.loads(p.read_text()) for p in (run_dir / "trials" / "agent").glob("*/result.json")]
+    # Held-out evaluation before and after training: one trial per held-out task, the pass rate in the summary.
+    assert [(e["phase"], e["step"], e["problems"]) for e in summary["evals"]] == [("before", 0, 4), ("after", STEPS, 4)]
+    assert all(0 <= e["accuracy"] <= 1 and sum(e["statuses"].values()) == 4 for e in summary["evals"])
+    every = [json.loads(p.read_text()) for p in (run_dir / "trials" / "agent").glob("*/result.json")]
+    assert sum("-eval-" in r["trial"] for r in every) == 8
+    results = [r for r in every if "-eval-" not in r["trial"]]
+    assert summary["agent"] == "builtin"
+    stats = summary["trial_stats"]
+    assert stats["continued_calls"] == stats["merged_calls"] + stats["thread_breaks"] > 0
+    assert summary["merge_share"] == stats["merged_calls"] / stats["continued_calls"]
     assert sum(r["status"] == "ok" for r in results) >= 16
     assert all(r["status"] == "ok" or r["error"] == "cancelled while running" for r in results)  # or stopped with the run
     merged = [r for r in results if (r["trajectory"] or {}).get("merged_calls", 0) >= 1]  # None: stopped mid-assembly

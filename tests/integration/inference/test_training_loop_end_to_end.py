@@ -28,6 +28,7 @@ def test_rlstack_up_runs_the_example_to_a_summary(tiny_model, tmp_path):
     set_flag(services["trainer"]["args"], "--steps", str(STEPS))
     set_flag(services["trainer"]["args"], "--batch-size", "16")
     set_flag(services["env"]["args"], "--heldout-size", "4")
+    services["trainer"]["args"] += ["--eval-every", "2"]
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
 
@@ -40,6 +41,10 @@ def test_rlstack_up_runs_the_example_to_a_summary(tiny_model, tmp_path):
     assert summary["sync_mode"] == "filesystem" and summary["sync_seconds_median"] > 0
     assert summary["eval_before"]["problems"] == 4 and summary["eval_before"]["weight_version"] == 0
     assert summary["eval_after"]["weight_version"] == STEPS
+    # before, during (every 2 steps: step 2, on the weights published there) and after, in order
+    assert [(e["phase"], e["step"], e["weight_version"]) for e in summary["evals"]] == [
+        ("before", 0, 0), ("during", 2, 2), ("after", STEPS, STEPS)]
+    assert len((run_dir / "evals.jsonl").read_text().splitlines()) == 3
     assert summary["trajectories"] >= STEPS * 2  # 16 sequences per step = two groups of 8, one call each
     assert (run_dir / "reward.png").stat().st_size > 0
     # Every sync passed the served-weights check (a failure would have quarantined the only replica
