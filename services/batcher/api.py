@@ -20,6 +20,7 @@ from rlstack.common.contracts.atropos import (
     EnvStatus,
     RegisterEnvResponse,
     RegisterResponse,
+    ScoredData,
     Status,
     TrainerRegistration,
 )
@@ -92,7 +93,13 @@ async def latest_example(svc: BatcherService = Depends(service)) -> Response:
     return _json(latest.json() if latest else orjson.dumps(EMPTY_EXAMPLE))
 
 
-@router.post("/scored_data")
+# The hot routes read raw bytes; their bodies are declared here so the OpenAPI document (and the fuzz suite) know them.
+_ONE_GROUP = {"requestBody": {"required": True, "content": {"application/json": {"schema": ScoredData.model_json_schema()}}}}
+_GROUP_LIST = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "array", "items": ScoredData.model_json_schema()}}}}}
+
+
+@router.post("/scored_data", openapi_extra=_ONE_GROUP)
 async def scored_data(request: Request) -> Response:
     svc: BatcherService = request.app.state.batcher
     require_bearer(request, svc.settings.auth_token)
@@ -100,7 +107,7 @@ async def scored_data(request: Request) -> Response:
     return _json(b'{"status":"received"}', replayed)
 
 
-@router.post("/scored_data_list")
+@router.post("/scored_data_list", openapi_extra=_GROUP_LIST)
 async def scored_data_list(request: Request) -> Response:
     svc: BatcherService = request.app.state.batcher
     require_bearer(request, svc.settings.auth_token)

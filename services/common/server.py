@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -54,6 +55,7 @@ def create_app(
     app.add_middleware(BodyGuard, max_bytes=max_request_bytes, read_timeout=request_read_timeout)
     app.add_middleware(RequestLatencyMiddleware, registry=registry, service=service)
     app.add_exception_handler(RequestValidationError, validation_error_response)
+    app.add_exception_handler(httpx.TransportError, upstream_unreachable_response)
     app.state.supervisor = supervisor
 
     @app.get("/healthz", tags=["ops"])
@@ -84,6 +86,16 @@ async def validation_error_response(request: Request, exc: Exception) -> JSONRes
             safe = {**{k: v for k, v in err.items() if k not in ("input", "ctx")}, "input": repr(err.get("input"))[:200]}
         errors.append(safe)
     return JSONResponse({"detail": errors}, status_code=422)
+
+
+async def upstream_unreachable_response(request: Request, exc: Exception) -> JSONResponse:
+    """A route that needed another service which did not answer (refused, timed out): 503 naming it,
+    so the caller retries later, instead of a bare 500 that reads as a bug of this service."""
+    target = getattr(getattr(exc, "request", None), "url", None) if isinstance(exc, httpx.TransportError) else None
+    where = f"{target.scheme}://{target.host}:{target.port}" if target is not None else "a dependency"
+    log.warning("%s %s: %s did not answer: %s", request.method, request.url.path, where, exc)
+    detail = [{"loc": ["upstream"], "msg": f"{where} did not answer ({type(exc).__name__})", "type": "upstream_unreachable"}]
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
 
 
 def health_response(service: str, supervisor: Supervisor) -> JSONResponse:

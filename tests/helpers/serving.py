@@ -16,11 +16,12 @@ from rlstack.common.ports import free_port
 
 
 @contextlib.contextmanager
-def served(app: Any, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` (lifespan included) on 127.0.0.1 until the block ends; yields its base URL."""
+def served(app: Any, port: int | None = None, lifespan: str = "on") -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 until the block ends; yields its base URL. ``lifespan="off"``
+    serves the routes without starting the service's loops (a replica without its vLLM)."""
     port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                                           timeout_graceful_shutdown=2))
+                                           timeout_graceful_shutdown=2, lifespan=lifespan))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
