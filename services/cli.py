@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     key.add_argument("--run", required=True)
     key.add_argument("--trial", required=True)
     key.add_argument("--secret", help="defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
-    key.add_argument("--ttl-seconds", type=float, default=7 * 24 * 3600)
+    key.add_argument("--ttl-seconds", type=float, default=3600)
     key.set_defaults(func=cmd_trial_key)
     one = sub.add_parser("trial", help="run one agent trial of one Harbor task and print what it did (JSON last line)")
     one.add_argument("task_dir", type=Path, help="a Harbor task directory (task.toml, instruction.md, tests/test.sh)")

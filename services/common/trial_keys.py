@@ -2,7 +2,9 @@
 
 Format: ``rlst_<payload>.<signature>``, both base64url; the payload is JSON
 ``{"r": run, "t": trial, "e": expiry}``. Anyone with the secret can mint keys (the env server
-that starts a sandbox does); the proxy only verifies.
+that starts a sandbox does); the proxy only verifies. A key lives as long as its trial (the env
+mints it with the agent's timeout plus ``KEY_MARGIN_SECONDS``): one an agent leaks or keeps is
+worthless soon after.
 """
 
 from __future__ import annotations
@@ -43,7 +45,15 @@ def _sign(secret: str, payload: str) -> str:
     return _b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())
 
 
-def mint(secret: str, run: str, trial: str, ttl_seconds: float = 7 * 24 * 3600, now: float | None = None) -> str:
+DEFAULT_TTL_SECONDS = 900.0
+"""A key minted without a lifetime: one request or a short trial, not days."""
+KEY_MARGIN_SECONDS = 120.0
+"""Past the agent's timeout: the trial's last call may still be in flight when it is killed."""
+
+
+def mint(secret: str, run: str, trial: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, now: float | None = None) -> str:
+    if not ttl_seconds > 0 or ttl_seconds == float("inf"):
+        raise ValueError(f"ttl_seconds must be a positive finite number, got {ttl_seconds!r}")
     identity = TrialIdentity(run=run, trial=trial)
     expiry = int((now if now is not None else time.time()) + ttl_seconds)
     payload = _b64(orjson.dumps({"r": identity.run, "t": identity.trial, "e": expiry}))

@@ -111,12 +111,14 @@ class EnvRunner:
         endpoints = (await self.registry.list(model=self.s.served_model)).endpoints
         return max((e.weight_version for e in endpoints), default=0)
 
-    def _trial_key(self, trial: str) -> str:
+    def _trial_key(self, trial: str, ttl_seconds: float | None = None) -> str:
+        """A key for this trial only, expiring with it (default: one request's worth)."""
         if self.s.trial_key_secret is None:
             return "open"
-        from rlstack.common.trial_keys import mint
+        from rlstack.common.trial_keys import DEFAULT_TTL_SECONDS, mint
 
-        return mint(self.s.trial_key_secret.get_secret_value(), self.s.run_id, trial)
+        return mint(self.s.trial_key_secret.get_secret_value(), self.s.run_id, trial,
+                    ttl_seconds=ttl_seconds or DEFAULT_TTL_SECONDS)
 
     async def rollout(self, problem: Any, trial: str) -> dict:
         """One group: n = group_size completions of one problem, scored, as a ScoredData dict."""

@@ -54,7 +54,7 @@ from rlstack.envs.trials.records import (
     TrialSpec,
     TrialStatus,
 )
-from rlstack.envs.trials.run import run_trial, write_result
+from rlstack.envs.trials.run import run_trial, trial_key_ttl, write_result
 from rlstack.envs.trials.verdict import judge_agent_exit
 
 log = logging.getLogger(__name__)
@@ -244,10 +244,11 @@ class AgentEnvRunner(EnvRunner):
 
     async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
         agent = agent or self.agent
-        env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, self._trial_key(trial), self.s.served_model)
-        spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
-                         agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
-        async with self.slots:
+        async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
+            key = self._trial_key(trial, trial_key_ttl(task, self.s.agent_timeout_seconds))
+            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model)
+            spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
+                             agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
             self.am.trials_started.labels(self.s.name).inc()
             self.am.sandboxes_active.labels(self.s.name).inc()
             started = time.monotonic()

@@ -14,6 +14,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.common.trial_keys import KEY_MARGIN_SECONDS
+from rlstack.envs.harbor.task import HarborTask
 from rlstack.envs.sandboxes import safefs
 from rlstack.envs.sandboxes.base import LOGS_AGENT, PhaseOutcome, Sandbox, SandboxError, SandboxJob
 from rlstack.envs.trials.layout import TrialPaths
@@ -47,7 +49,7 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
     for directory in (paths.agent_dir, paths.verifier_dir):  # never through a symlink below the trials dir
         safefs.makedirs(directory, within=Path(trials_dir))
     safefs.write_text(paths.instruction, spec.task.instruction, within=paths.root)
-    agent_timeout = spec.agent_timeout_sec or spec.task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_SEC
+    agent_timeout = agent_timeout_of(spec.task, spec.agent_timeout_sec)
     verifier_timeout = spec.verifier_timeout_sec or spec.task.config.verifier.timeout_sec
     job = SandboxJob(
         run=spec.run, trial=spec.trial, task=spec.task,
@@ -75,6 +77,15 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
     result.agent.run = _record(outcome.agent, agent_timeout)
     result.verifier.run = _record(outcome.verifier, verifier_timeout)
     return _finish(paths, result, **_judge(outcome.agent, outcome.verifier, paths, result.verifier, verifier_timeout))
+
+
+def agent_timeout_of(task: HarborTask, override: float | None = None) -> float:
+    return override or task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_SEC
+
+
+def trial_key_ttl(task: HarborTask, override: float | None = None) -> float:
+    """How long the trial's key must live: the agent's whole time, plus a margin; not days."""
+    return agent_timeout_of(task, override) + KEY_MARGIN_SECONDS
 
 
 def identity_env(spec: TrialSpec) -> dict[str, str]:
