@@ -3,7 +3,7 @@
 The manager runs inside an env server's pod. Its sandboxes name that pod as owner, so the
 garbage collector removes them when the env server goes; the reaper removes finished ones and
 any that outlive a TTL while it lives. Every call here is one the chart's sandbox-manager Role
-grants (create/get/list/watch/delete pods, get pods/log) and nothing more: the chart tests
+grants (create/get/list/watch/delete pods) and nothing more: the chart tests
 replay this code against an API emulator and compare.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rlstack.common.trial_keys import agent_env  # noqa: F401 - where sandboxes find the proxy
 
@@ -61,6 +63,36 @@ class SandboxSpec(BaseModel):
     """Of the main container."""
 
 
+class SandboxPodSecurity(BaseSettings):
+    """How every sandbox pod is locked down (``RLSTACK_SANDBOX_POD_*``; the chart sets them from
+    ``sandboxes.pod``). Each trial's directories on the shared claim are made by the env server,
+    so the sandbox runs as the env server's own user and group: fsGroup is not applied on
+    hostPath or NFS-style volumes, and where it is, every pod would re-chown the whole claim."""
+
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_SANDBOX_POD_", extra="forbid")
+
+    run_as_user: int | None = Field(default=None, ge=1)
+    """Unset: this process's uid when it is not root, else the spec's ``run_as_user``."""
+    run_as_group: int | None = Field(default=None, ge=0)
+    """Unset: this process's gid when the uid is its own, else the uid."""
+    fs_group: int | None = Field(default=None, ge=0)
+    """Off by default (see above); set it only for volumes that honour it and are not shared."""
+    read_only_root_filesystem: bool = True
+    """The agent writes only /app, /tmp and /logs/agent (volumes), never the image."""
+    runtime_class_name: str | None = None
+    """A sandboxing runtime for untrusted code, e.g. ``gvisor`` (runsc) or ``kata``."""
+    ephemeral_storage: str | None = "4Gi"
+    """Limit (and request) of the node's disk one sandbox may use: logs, emptyDirs, writable layers."""
+    empty_dir_size_limit: str | None = "2Gi"
+    """``sizeLimit`` of every emptyDir without one (/app, /tmp)."""
+
+    def identity(self, spec_user: int) -> tuple[int, int]:
+        own = os.getuid()
+        user = self.run_as_user or (own if own != 0 else spec_user)
+        group = self.run_as_group if self.run_as_group is not None else (os.getgid() if user == own else user)
+        return user, group
+
+
 class SandboxOutcome(BaseModel):
     name: str
     phase: str
@@ -71,10 +103,13 @@ class SandboxOutcome(BaseModel):
 class SandboxManager:
     def __init__(self, client: AsyncClient, namespace: str, run: str, *, run_label: str = "harbor-run",
                  trial_label: str = "harbor-trial", owner: SandboxOwner | None = None,
-                 ttl_seconds: float = 7200, finished_grace_seconds: float = 300) -> None:
+                 ttl_seconds: float = 7200, finished_grace_seconds: float = 300,
+                 pod_security: SandboxPodSecurity | None = None) -> None:
         if not re.match(LABEL_VALUE, run):
             raise ValueError(f"run {run!r} is not a valid label value")
         self.client, self.namespace, self.run = client, namespace, run
+        self.pod_security = pod_security if pod_security is not None else SandboxPodSecurity()
+        """Given, or read from ``RLSTACK_SANDBOX_POD_*`` (the chart's ``sandboxes.pod``)."""
         self.run_label, self.trial_label, self.owner = run_label, trial_label, owner
         self.ttl_seconds, self.finished_grace_seconds = ttl_seconds, finished_grace_seconds
 
@@ -91,8 +126,18 @@ class SandboxManager:
                       "labels": {self.run_label: self.run, self.trial_label: spec.trial,
                                  "app.kubernetes.io/component": "sandbox", "app.kubernetes.io/managed-by": "rlstack"}}
         if self.owner is not None:
+            # controller: true, or drains refuse the pod and the cluster-autoscaler never empties its node.
             # No blockOwnerDeletion: setting it needs update on the owner's finalizers, which we do not grant.
-            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner.name, "uid": self.owner.uid}]
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner.name, "uid": self.owner.uid,
+                                        "controller": True}]
+        sec = self.pod_security
+        user, group = sec.identity(spec.run_as_user)
+        pod_security = {"runAsNonRoot": True, "runAsUser": user, "runAsGroup": group, "seccompProfile": {"type": "RuntimeDefault"}}
+        if sec.fs_group is not None:
+            pod_security["fsGroup"] = sec.fs_group
+        locked = {**LOCKED_DOWN, "readOnlyRootFilesystem": sec.read_only_root_filesystem}
+        volumes = [{**v, "emptyDir": {"sizeLimit": sec.empty_dir_size_limit, **v["emptyDir"]}}
+                   if "emptyDir" in v and sec.empty_dir_size_limit else v for v in spec.volumes]
         return {
             "apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {
@@ -100,25 +145,27 @@ class SandboxManager:
                 "activeDeadlineSeconds": spec.deadline_seconds,
                 "automountServiceAccountToken": False,  # an agent must not reach the API server
                 "enableServiceLinks": False,
-                "securityContext": {"runAsNonRoot": True, "runAsUser": spec.run_as_user, "fsGroup": spec.run_as_user,
-                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                **({"runtimeClassName": sec.runtime_class_name} if sec.runtime_class_name else {}),
+                "securityContext": pod_security,
                 "containers": [{
                     "name": spec.container_name, "image": spec.image, "command": spec.command,
                     "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
                     "resources": self.resources(spec),
-                    "securityContext": LOCKED_DOWN,
+                    "securityContext": locked,
                     **({"workingDir": spec.working_dir} if spec.working_dir else {}),
                     **({"volumeMounts": spec.volume_mounts} if spec.volume_mounts else {}),
                 }],
-                **({"initContainers": [{"resources": self.resources(spec), "securityContext": LOCKED_DOWN, **c}
+                **({"initContainers": [{"resources": self.resources(spec), "securityContext": locked, **c}
                                        for c in spec.init_containers]} if spec.init_containers else {}),
-                **({"volumes": spec.volumes} if spec.volumes else {}),
+                **({"volumes": volumes} if volumes else {}),
             },
         }
 
-    @staticmethod
-    def resources(spec: SandboxSpec) -> dict:
-        return {"requests": {"cpu": spec.cpu, "memory": spec.memory}, "limits": {"cpu": spec.cpu, "memory": spec.memory}}
+    def resources(self, spec: SandboxSpec) -> dict:
+        sized = {"cpu": spec.cpu, "memory": spec.memory}
+        if self.pod_security.ephemeral_storage:
+            sized["ephemeral-storage"] = self.pod_security.ephemeral_storage
+        return {"requests": dict(sized), "limits": dict(sized)}
 
     async def launch(self, spec: SandboxSpec) -> str:
         pod = Pod.from_dict(self.manifest(spec))

@@ -23,11 +23,11 @@ def test_pod_manifest_is_locked_down_labelled_and_owned():
     pod = m.manifest(spec)
     assert pod["metadata"]["name"] == "sbx-run-7-t-1"
     assert pod["metadata"]["labels"]["harbor-run"] == "run-7" and pod["metadata"]["labels"]["harbor-trial"] == "t-1"
-    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "env-0", "uid": "u-1"}]
+    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "env-0", "uid": "u-1", "controller": True}]
     assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["restartPolicy"] == "Never"
     container = pod["spec"]["containers"][0]
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "4Gi"}
     assert container["env"] == [{"name": "A", "value": "1"}]
 
 
