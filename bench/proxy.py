@@ -8,7 +8,11 @@ everywhere so each ratio measures the hop, not vLLM's extra work. Cells:
   the cost of our auth, hooks, front layer and trajectory logger;
 * calls/s of ``--workers 2`` against one worker (LiteLLM's per-call CPU work is the limit);
 * the load matrix (8- and 200-token answers, plain and streamed) against direct vLLM, and our
-  streaming shim against LiteLLM's own streaming.
+  streaming shim against LiteLLM's own streaming;
+* multi-turn conversations at concurrency 1 (each turn resends the history, as agents do):
+  added latency of a continued call with token-in (render, splice, generate, derender on the
+  replica), without it (``--no-token-in``: LiteLLM's plain chat call) and through LiteLLM's bare
+  proxy, each against the same conversations sent to vLLM directly.
 
     python bench/proxy.py [--requests 200] [--model models/tiny]
 
@@ -107,6 +111,32 @@ async def run_cell(port: int, path_prefix: str, n: int, concurrency: int, tokens
             "gen_tokens_per_s": generated / wall}
 
 
+async def run_conversations(port: int, prefix: str, conversations: int, turns: int, tokens: int, progress, task) -> dict:
+    """Conversations one after another, each turn resending the history; latency of the continued calls."""
+    continued: list[float] = []
+    async with RawHttpClient("127.0.0.1", port) as client:
+        for c in range(conversations):
+            path = f"{prefix}-{c}/v1/chat/completions" if prefix else "/v1/chat/completions"
+            messages = [{"role": "system", "content": "You are an agent. Work in small steps."},
+                        {"role": "user", "content": f"Task {c}: list the files and count them."}]
+            for turn in range(turns):
+                request = {"model": "policy", "messages": messages, "max_tokens": tokens, "ignore_eos": True, "temperature": 1.0,
+                           "seed": 1000 * c + turn, "logprobs": True, "return_token_ids": True}
+                start = time.perf_counter()
+                status, payload = await client.request("POST", path, orjson.dumps(request),
+                                                       {"content-type": "application/json", "authorization": "Bearer sk-bench"})
+                if status != 200:
+                    raise RuntimeError(f"HTTP {status}: {payload[:300]!r}")
+                if turn:
+                    continued.append(time.perf_counter() - start)
+                reply = orjson.loads(payload)["choices"][0]["message"]
+                messages += [{"role": "assistant", "content": reply.get("content") or ""},
+                             {"role": "user", "content": f"Observation {turn}: a.txt b.txt c.txt"}]
+                progress.advance(task)
+    continued.sort()
+    return {"continued_p50_ms": 1000 * statistics.median(continued), "continued_p99_ms": percentile_ms(continued, 0.99)}
+
+
 def percentile_ms(latencies: list[float], q: float) -> float:
     return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
 
@@ -116,6 +146,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests per cell")
     parser.add_argument("--model", default=str(REPO / "models" / "tiny"))
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16], help="concurrency of the load matrix")
+    parser.add_argument("--conversations", type=int, default=24, help="multi-turn conversations per side (token-in cell)")
+    parser.add_argument("--turns", type=int, default=5, help="turns per conversation")
     args = parser.parse_args()
     for py in (VLLM_PY, PROXY_PY):
         if not py.exists():
@@ -126,7 +158,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        reg_port, side_port, vllm_port, proxy_port, native_port, bare_port, two_port = (free_port() for _ in range(7))
+        reg_port, side_port, vllm_port, proxy_port, native_port, bare_port, two_port, plain_port = (free_port() for _ in range(8))
         registry_url = f"http://127.0.0.1:{reg_port}"
         registry_cmd = [sys.executable, "-m", "rlstack.registry", "--port", str(reg_port), "--log-level", "warning"]
         replica_cmd = [str(VLLM_PY), "-m", "rlstack.inference", "--port", str(side_port), "--vllm-port", str(vllm_port),
@@ -146,6 +178,8 @@ def main() -> None:
              server(proxy_cmd(native_port, "trials-native", "--stream-mode", "litellm"), native_port, "/readyz",
                     tmp_path / "proxy-native.log", timeout=180), \
              server(proxy_cmd(two_port, "trials-two", "--workers", "2"), two_port, "/readyz", tmp_path / "proxy-two.log", timeout=180), \
+             server(proxy_cmd(plain_port, "trials-plain", "--no-token-in"), plain_port, "/readyz", tmp_path / "proxy-plain.log",
+                    timeout=180), \
              server(bare_cmd, bare_port, "/health/readiness", tmp_path / "litellm-bare.log", env=offline, timeout=180), \
              Progress(console=console, transient=True) as progress:
 
@@ -167,6 +201,15 @@ def main() -> None:
                         sides = [direct, ours] + ([("litellm_stream", native_port, "/trials/bench/native")] if stream else [])
                         cell(f"c{concurrency}_{tokens}tok_{'stream' if stream else 'plain'}", sides, concurrency, tokens, stream, args.requests)
             trajectory_lines = len(read_trajectory(tmp_path / "trials" / "bench" / "t"))
+            sides = [("direct", vllm_port, ""), ("proxy_token_in", proxy_port, "/trials/bench/mt"),
+                     ("proxy_no_token_in", plain_port, "/trials/bench/mt"), ("litellm_bare", bare_port, "")]
+            for side, port, prefix in sides:
+                task = progress.add_task(f"{side} multi-turn", total=args.conversations * args.turns)
+                results.setdefault("multi_turn_c1", {})[side] = asyncio.run(
+                    run_conversations(port, prefix, args.conversations, args.turns, 8, progress, task))
+            records = [r for c in range(args.conversations) for r in read_trajectory(tmp_path / "trials" / "bench" / f"mt-{c}")]
+            spliced_share = sum(r.splice is not None for r in records) / max(1, args.conversations * (args.turns - 1))
+            repaired = sum(r.splice is not None and not r.splice.rerendered_exact for r in records)
 
     flat: dict[str, float] = {}
     for name, sides in results.items():
@@ -180,6 +223,12 @@ def main() -> None:
         "two_workers_vs_one_req_per_s": round(over["proxy_2_workers"]["req_per_s"] / over["proxy"]["req_per_s"], 3),
         "proxy_vs_direct_req_per_s": round(over["proxy"]["req_per_s"] / over["direct"]["req_per_s"], 3),
     }
+    mt = results["multi_turn_c1"]
+    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare"):
+        headline[f"continued_call_added_p50_ms_{side}"] = round(mt[side]["continued_p50_ms"] - mt["direct"]["continued_p50_ms"], 1)
+    headline["token_in_vs_no_token_in_continued_p50"] = round(mt["proxy_token_in"]["continued_p50_ms"] / mt["proxy_no_token_in"]["continued_p50_ms"], 3)
+    headline["token_in_spliced_share"] = round(spliced_share, 3)
+    headline["token_in_repaired_calls"] = repaired
     summary = Table(title="proxy cost and scale-out (8-token answers)")
     summary.add_column("figure")
     summary.add_column("value", justify="right")
@@ -189,13 +238,17 @@ def main() -> None:
         summary.add_row(f"calls/s at concurrency 16: {side}", f"{over[side]['req_per_s']:.1f}")
     summary.add_row("rlstack proxy / LiteLLM bare proxy", f"{headline['proxy_vs_litellm_bare_req_per_s']:.2f}")
     summary.add_row("2 workers / 1 worker", f"{headline['two_workers_vs_one_req_per_s']:.2f}")
+    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare"):
+        summary.add_row(f"continued call, added p50 vs direct: {side}", f"{headline[f'continued_call_added_p50_ms_{side}']:.1f} ms")
+    summary.add_row("continued calls spliced / repaired (drift token-in fixed)",
+                    f"{headline['token_in_spliced_share']:.2f} / {headline['token_in_repaired_calls']}")
     Console().print(summary)
 
     table = Table(title=f"proxy vs direct vLLM ({args.requests} requests per cell, tiny model on CPU)")
     for col in ("cell", "direct req/s", "proxy req/s", "direct p50/p99 ms", "proxy p50/p99 ms", "direct tok/s", "proxy tok/s", "tok/s ratio"):
         table.add_column(col, justify="right")
     for name, sides in results.items():
-        if name.startswith(("c1_", "overhead_")):
+        if name.startswith(("c1_", "overhead_", "multi_turn")):
             continue
         d, p = sides["direct"], sides["proxy"]
         ratio = p["gen_tokens_per_s"] / d["gen_tokens_per_s"]
