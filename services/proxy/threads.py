@@ -69,6 +69,11 @@ class Head:
     """Messages in the head's request: the next request's reply to it sits at this index."""
     reply: str = ""
     """``reply_key`` of what the policy answered."""
+    request_key: bytes = b""
+    """``messages_key`` of the head's request (the same request again is a retry)."""
+    root_messages: int = 0
+    root_key: bytes = b""
+    """The thread's first request's messages, as ``messages_key`` (a request that starts with them continues the conversation)."""
 
 
 @dataclass
@@ -108,6 +113,28 @@ class ThreadTable:
 
     def has(self, trial: str) -> bool:
         return trial in self.trials and bool(self.trials[trial].heads)
+
+    def may_continue(self, trial: str, messages: Sequence[dict[str, Any]]) -> bool:
+        """Cheap check on the messages alone before anything is rendered: does the request answer
+        one of the trial's heads with that head's own reply, or repeat its request?"""
+        state = self.trials.get(trial)
+        if state is None:
+            return False
+        key: bytes | None = None
+        for head in state.heads:
+            if _replied(head, messages):
+                return True
+            if len(messages) == head.messages_len:
+                key = key or messages_key(messages)
+                if key == head.request_key:
+                    return True
+        return False
+
+    def starts_like(self, trial: str, messages: Sequence[dict[str, Any]]) -> bool:
+        """The request begins as one of the trial's threads began: same conversation, history changed since."""
+        state = self.trials.get(trial)
+        return state is not None and any(
+            0 < h.root_messages <= len(messages) and messages_key(messages[: h.root_messages]) == h.root_key for h in state.heads)
 
     def plan(self, trial: str, rendered: Sequence[int], messages: Sequence[dict[str, Any]] | None = None,
              turn_end: int | None = None) -> Plan:
@@ -152,7 +179,7 @@ class ThreadTable:
         return Plan(prompt=exact + closing + tail, splice=splice, parent=best)
 
     def record(self, trial: str, request_id: str, rendered: Sequence[int], plan: Plan, completion: Sequence[int],
-               finish_reason: str | None, eos_stop: bool, messages_len: int = 0,
+               finish_reason: str | None, eos_stop: bool, messages: Sequence[dict[str, Any]] = (),
                reply: dict[str, Any] | None = None) -> None:
         """A call answered: it becomes the head of its thread (replacing the head it continued)."""
         state = self.trials.get(trial)
@@ -165,10 +192,15 @@ class ThreadTable:
             self.turn_ends.add(turn_end)
         arr = ids_array(rendered)
         parent = plan.parent
-        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (len(arr), fingerprint(arr, len(arr)))
+        request_key = messages_key(messages)
+        if parent:
+            root_len, root_fp, root_messages, root_key = parent.root_len, parent.root_fp, parent.root_messages, parent.root_key
+        else:
+            root_len, root_fp, root_messages, root_key = len(arr), fingerprint(arr, len(arr)), len(messages), request_key
         head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)),
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
-                    root_len=root_len, root_fp=root_fp, messages_len=messages_len, reply=reply_key(reply or {}))
+                    root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
+                    request_key=request_key, root_messages=root_messages, root_key=root_key)
         if parent is not None and plan.splice is not None and not plan.splice.retry and parent in state.heads:
             state.heads.remove(parent)
         state.heads.append(head)
@@ -204,6 +236,10 @@ def reply_key(message: dict[str, Any]) -> str:
                 pass
         calls.append([function.get("name"), arguments])
     return json.dumps([(content or "").strip(), calls], sort_keys=True)
+
+
+def messages_key(messages: Sequence[dict[str, Any]]) -> bytes:
+    return hashlib.blake2b(json.dumps(list(messages), sort_keys=True, default=str).encode(), digest_size=16).digest()
 
 
 def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:

@@ -8,8 +8,9 @@ to render the request (``/v1/chat/completions/render``), sends the spliced ids t
 into a chat message (``/v1/chat/completions/derender``). LiteLLM receives an ordinary chat
 completion (``prompt_token_ids`` = the ids really sent) and turns it into the client's dialect.
 
-The first call of a trial, streaming calls and ``n > 1`` go to ``/v1/chat/completions``
-unchanged. The listener answers only LiteLLM: every request must carry this process's random
+A call that continues nothing (a trial's first, a side call, an edited history: told from the
+messages before anything is rendered), streaming calls and ``n > 1`` go to
+``/v1/chat/completions`` unchanged, one hop as without token-in. The listener answers only LiteLLM: every request must carry this process's random
 token, so a sandbox that finds the port cannot write into a trial's threads.
 """
 
@@ -107,10 +108,13 @@ class TokenInUpstream:
         try:
             if not trial or body.get("stream") or (body.get("n") or 1) != 1:
                 return _json(await self._post(f"{base}/v1/chat/completions", raw))
-            if not self.threads.has(trial):
+            messages = body.get("messages") or []
+            if not self.threads.may_continue(trial, messages):  # a first call, a side call or an edited history
                 answer = await self._post(f"{base}/v1/chat/completions", raw)
                 prompt = answer.get("prompt_token_ids") or []
-                self._remember(trial, call_id, prompt, Plan(prompt=prompt), body, answer, eos_stop=_eos_stop(answer))
+                edited = self.threads.starts_like(trial, messages)
+                self._remember(trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
+                               body, answer, eos_stop=_eos_stop(answer))
                 return _json(answer)
             answer = await self._spliced(base, trial, call_id, body, endpoint.id)
             return _json(answer)
@@ -151,7 +155,7 @@ class TokenInUpstream:
             return
         choice = choices[0]
         self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
-                            choice.get("finish_reason"), eos_stop, messages_len=len(body.get("messages") or []),
+                            choice.get("finish_reason"), eos_stop, messages=body.get("messages") or [],
                             reply=choice.get("message") or {})
         if call_id:
             self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment)

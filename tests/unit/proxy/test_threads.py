@@ -59,16 +59,20 @@ CALL = {"role": "assistant", "content": "Let me look.",
 def test_a_reply_that_comes_back_reserialised_is_spliced_and_an_edited_reply_is_a_new_segment() -> None:
     table = ThreadTable()
     table.record("t", "c1", SYSTEM, table.plan("t", SYSTEM, MESSAGES), [900, EOT], "stop", eos_stop=True,
-                 messages_len=len(MESSAGES), reply=CALL)
+                 messages=MESSAGES, reply=CALL)
     rendered = SYSTEM + [901, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
     tool = {"role": "tool", "tool_call_id": "x", "content": "a.txt"}
     # LiteLLM's Anthropic round trip: text as parts, another call id, compact JSON.
     echoed = {"role": "assistant", "content": [{"type": "text", "text": "Let me look. "}],
               "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}]}
+    assert table.may_continue("t", [*MESSAGES, echoed, tool])
     assert table.plan("t", rendered, [*MESSAGES, echoed, tool]).splice is not None
     summary = {"role": "assistant", "content": "Summary of the work so far."}
+    assert not table.may_continue("t", [*MESSAGES, summary, tool]) and table.starts_like("t", [*MESSAGES, summary, tool])
     edited = table.plan("t", rendered, [*MESSAGES, summary, tool])
     assert edited.splice is None and edited.segment == "history_edited" and edited.prompt == rendered
+    assert table.may_continue("t", MESSAGES)  # the same request again: a retry
+    assert not table.starts_like("t", [{"role": "system", "content": "a sub-agent"}, {"role": "user", "content": "u"}])
 
 
 def test_a_side_call_is_a_new_thread() -> None:
