@@ -36,6 +36,8 @@ async def service(request: Request) -> BatcherService:
 
 
 async def writer(request: Request) -> None:
+    """With ``--auth-token`` every route that reads or changes state needs it (an unauthenticated
+    GET /batch takes a batch from the trainer); /, /healthz, /readyz and /metrics stay open."""
     require_bearer(request, request.app.state.batcher.settings.auth_token)
 
 
@@ -69,13 +71,13 @@ async def disconnect_env(body: EnvIdentifier, svc: BatcherService = Depends(serv
     return {"status": "success"}
 
 
-@router.get("/wandb_info")
+@router.get("/wandb_info", dependencies=WRITE)
 async def wandb_info(svc: BatcherService = Depends(service)):
     trainer = svc.state.trainer
     return {"group": trainer.wandb_group if trainer else None, "project": trainer.wandb_project if trainer else None}
 
 
-@router.get("/info")
+@router.get("/info", dependencies=WRITE)
 async def info(svc: BatcherService = Depends(service)):
     trainer = svc.state.trainer
     return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1}
@@ -84,10 +86,11 @@ async def info(svc: BatcherService = Depends(service)):
 # The three hot routes skip dependency injection: they run once per group or batch.
 @router.get("/batch")
 async def batch(request: Request) -> Response:
+    require_bearer(request, request.app.state.batcher.settings.auth_token)
     return _json(await request.app.state.batcher.next_batch())
 
 
-@router.get("/latest_example")
+@router.get("/latest_example", dependencies=WRITE)
 async def latest_example(svc: BatcherService = Depends(service)) -> Response:
     latest = svc.state.latest
     return _json(latest.json() if latest else orjson.dumps(EMPTY_EXAMPLE))
@@ -115,12 +118,12 @@ async def scored_data_list(request: Request) -> Response:
     return _json(b'{"status":"received","groups_processed":%d}' % count, replayed)
 
 
-@router.get("/status", response_model=Status)
+@router.get("/status", response_model=Status, dependencies=WRITE)
 async def status(svc: BatcherService = Depends(service)):
     return {"current_step": svc.state.step, "queue_size": svc.state.available_groups}
 
 
-@router.get("/status-env", response_model=EnvStatus)
+@router.get("/status-env", response_model=EnvStatus, dependencies=WRITE)
 async def status_env(request: Request, env_id: int | None = None, svc: BatcherService = Depends(service)):
     """Atropos sends ``{"env_id": N}`` as a JSON body on this GET; ``?env_id=N`` works too."""
     if env_id is None:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import httpx
 
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.registry import Endpoint, EndpointList, EndpointRegistration
 from rlstack.common.http import request_with_retries
 
+REGISTRY_TOKEN_ENV = "RLSTACK_REGISTRY_TOKEN"
+"""The registry's bearer token for every client in a process that names none (``rlstack up`` sets it)."""
+
 
 class RegistryClient:
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 10.0) -> None:
-        headers = bearer(token)
+        headers = bearer(token if token else os.environ.get(REGISTRY_TOKEN_ENV))
         self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(timeout, connect=3.0))
 
     async def put(self, endpoint_id: str, registration: EndpointRegistration) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from prometheus_client import CollectorRegistry
 
+from rlstack.common.auth import require_bearer
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.envs.config import EnvSettings
@@ -51,9 +52,10 @@ def build_app(settings: EnvSettings) -> FastAPI:
     app.state.runner = runner
 
     @app.post("/evaluate", tags=["env"])
-    async def evaluate() -> dict:
+    async def evaluate(request: Request) -> dict:
         """Held-out score of the policy being served now: greedy accuracy (single-turn tasks), or
-        the pass rate of one trial per held-out task (harbor)."""
+        the pass rate of one trial per held-out task (harbor). Needs ``--auth-token`` when set."""
+        require_bearer(request, settings.auth_token)
         if settings.task == "harbor":
             from rlstack.envs.agent.runner import NoHeldOutTasks
 

@@ -46,6 +46,8 @@ class RunConfig(BaseModel):
     """Started in this order, each gated on the previous one's readiness."""
     until: str | None = None
     """The service whose exit ends the run (exit 0: success); unset, the stack runs until Ctrl-C."""
+    auth: bool = True
+    """Mint per-run tokens and require them on every service (``launcher.auth``); false: an open stack."""
 
     @field_validator("services")
     @classmethod

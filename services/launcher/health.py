@@ -38,12 +38,12 @@ def smoke_check(supervisor: Supervisor) -> None:
     batcher = supervisor.running.get("batcher")
     if batcher is None:
         return
-    step = asyncio.run(_round_trip(batcher.url))
+    step = asyncio.run(_round_trip(batcher.url, supervisor.token("batcher")))
     console.print(f"batcher round trip ok: step {step}")
 
 
-async def _round_trip(url: str) -> int:
-    client = BatcherClient(url, timeout=10)
+async def _round_trip(url: str, token: str | None) -> int:
+    client = BatcherClient(url, token=token, timeout=10)
     try:
         await client.register_trainer(TrainerRegistration(batch_size=2, max_token_len=64), attempts=3)
         env = await client.register_env(EnvRegistration(max_token_length=64, desired_name="smoke", group_size=2))

@@ -8,6 +8,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rlstack.common.auth import bearer
 from rlstack.launcher.supervisor import ServiceFailed, Supervisor, log_tail
 
 console = Console()
@@ -35,7 +36,7 @@ def wait_for(supervisor: Supervisor, name: str, poll_s: float = 1.0) -> int:
             supervisor.check_alive(except_for=name)
             if url:
                 try:
-                    status = httpx.get(url, timeout=2).json()
+                    status = httpx.get(url, timeout=2, headers=bearer(supervisor.token(name))).json()
                     progress.update(task, total=status.get("steps"), completed=status.get("step", 0), description=_describe(status))
                 except (httpx.HTTPError, ValueError):
                     pass

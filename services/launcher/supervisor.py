@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceFailed, ServiceProcess, log_tail, start_process
+from rlstack.launcher.auth import RunTokens
 from rlstack.launcher.config import RunConfig, ServiceSpec
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Supervisor:
         self.running: dict[str, Running] = {}
         self.ports = {s.name: s.port or free_port() for s in config.services}
         self.extra_ports = {s.name: {extra: free_port() for extra in s.extra_ports} for s in config.services}
+        self.tokens = RunTokens.mint() if config.auth else None
 
     def _addresses(self) -> dict[str, SimpleNamespace]:
         return {name: SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **self.extra_ports[name])
@@ -42,13 +44,16 @@ class Supervisor:
 
     def start_all(self) -> None:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        if self.tokens is not None:
+            self.tokens.save(self.run_dir)
         for spec in self.config.services:
             self.start(spec)
 
     def start(self, spec: ServiceSpec) -> Running:
         addresses = {**self._addresses(), "run_dir": str(self.run_dir)}
         args = [a.format(**addresses) for a in spec.args]
-        env = {k: v.format(**addresses) for k, v in spec.env.items()}
+        tokens = self.tokens.service_env(spec.module) if self.tokens is not None else {}
+        env = {**tokens, **{k: v.format(**addresses) for k, v in spec.env.items()}}
         log_path = self.run_dir / "logs" / f"{spec.name}.log"
         port = self.ports[spec.name]
         python = str(Path(spec.python).absolute()) if spec.python else self.python
@@ -62,6 +67,10 @@ class Supervisor:
         running.wait_ready(spec.ready_path, spec.ready_timeout_s, poll=0.2)
         log.info("%s ready at %s", spec.name, running.url)
         return running
+
+    def token(self, name: str) -> str | None:
+        """The bearer token service ``name``'s routes want (None: auth is off)."""
+        return self.tokens.token_for(self.running[name].spec.module) if self.tokens is not None else None
 
     def check_alive(self, except_for: str | None = None) -> None:
         for svc in self.running.values():

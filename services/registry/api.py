@@ -25,6 +25,7 @@ async def service(request: Request) -> RegistryService:
 
 
 async def writer(request: Request) -> None:
+    """Every route (reads too: the table names replicas and their weight versions) needs the token when set."""
     require_bearer(request, request.app.state.registry.settings.auth_token)
 
 
@@ -75,7 +76,7 @@ async def release_endpoint(endpoint_id: EndpointId, svc: RegistryService = Depen
     return entry
 
 
-@router.get("", response_model=EndpointList)
+@router.get("", response_model=EndpointList, dependencies=[Depends(writer)])
 async def list_endpoints(
     model: str | None = None,
     ready: bool | None = None,
@@ -85,7 +86,7 @@ async def list_endpoints(
     return svc.snapshot(model, ready, _label_filter(label))
 
 
-@router.get("/watch", response_model=EndpointList)
+@router.get("/watch", response_model=EndpointList, dependencies=[Depends(writer)])
 async def watch_endpoints(
     revision: Annotated[int, Query(ge=0, description="Return once the table is newer than this")] = 0,
     timeout: Annotated[float, Query(gt=0, le=600)] = 30.0,
@@ -99,7 +100,7 @@ async def watch_endpoints(
     return svc.snapshot(model, ready, labels)
 
 
-@router.get("/{endpoint_id}", response_model=Endpoint)
+@router.get("/{endpoint_id}", response_model=Endpoint, dependencies=[Depends(writer)])
 async def get_endpoint(endpoint_id: EndpointId, svc: RegistryService = Depends(service)):
     entry = svc.table.get(endpoint_id)
     if entry is None:

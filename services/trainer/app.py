@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from prometheus_client import CollectorRegistry
 
+from rlstack.common.auth import require_bearer
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.trainer.config import TrainerSettings
@@ -52,7 +53,8 @@ def build_app(settings: TrainerSettings) -> FastAPI:
     app.state.loop = loop
 
     @app.get("/status", response_model=TrainerStatus, tags=["training"])
-    async def status() -> TrainerStatus:
+    async def status(request: Request) -> TrainerStatus:
+        require_bearer(request, settings.auth_token)  # with --auth-token, reads need it too
         return loop.status
 
     return app

@@ -97,10 +97,12 @@ def test_bad_registration_names_the_field(service_factory):
     assert {tuple(e["loc"]) for e in r.json()["detail"]} == {("body", "url"), ("body", "weight_version")}
 
 
-def test_auth_token_guards_writes(service_factory, replica):
+def test_auth_token_guards_writes_and_reads(service_factory, replica):
     registry = service_factory("registry", env={"RLSTACK_REGISTRY_AUTH_TOKEN": "tok"})
     body = {"url": replica.url, "model": "tiny"}
     assert httpx.put(f"{registry.url}/v1/endpoints/x", json=body).status_code == 401
     ok = httpx.put(f"{registry.url}/v1/endpoints/x", json=body, headers={"Authorization": "Bearer tok"})
     assert ok.status_code == 200
-    assert httpx.get(f"{registry.url}/v1/endpoints").status_code == 200
+    for path in ("/v1/endpoints", "/v1/endpoints/x", "/v1/endpoints/watch?timeout=0.1"):
+        assert httpx.get(f"{registry.url}{path}").status_code == 401, path  # the table names replicas
+        assert httpx.get(f"{registry.url}{path}", headers={"Authorization": "Bearer tok"}).status_code == 200, path

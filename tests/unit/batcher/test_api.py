@@ -166,12 +166,15 @@ def test_unknown_env_status_is_404(client):
     assert r.status_code == 404
 
 
-def test_auth_protects_writes_and_reset_but_not_reads(make_client):
+def test_auth_protects_every_route_that_reads_or_changes_state(make_client):
     c = make_client(auth_token="s3cret")
     assert c.post("/register", json=trainer_registration()).status_code == 401
     assert c.get("/reset_data").status_code == 401
-    assert c.get("/status").status_code == 200
+    for path in ("/status", "/batch", "/latest_example", "/info", "/wandb_info", "/status-env?env_id=0"):
+        assert c.get(path).status_code == 401, path  # an unauthenticated GET /batch took the trainer's batch
+    assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200
     ok = {"Authorization": "Bearer s3cret"}
+    assert c.get("/status", headers=ok).status_code == 200
     assert c.post("/register", json=trainer_registration(), headers=ok).status_code == 200
     assert c.get("/reset_data", headers=ok).text == "Reset successful"
 
