@@ -87,12 +87,14 @@ setup-claude-code: .cache/claude-code/node_modules/.bin/claude
 
 # mini-swe-agent (PyPI) in its own environment: a third-party scaffold the tests run by command
 # (--agent-command), through the proxy, as any agent that honours OPENAI_BASE_URL would run.
+# LiteLLM's SDK (1.106.2, as the proxy's) imports `mcp` whenever a call has tools, but only its
+# [proxy] extra depends on it: without it every call of mini-swe-agent fails before it is sent.
 MINI_SWE_AGENT_VERSION := 2.4.6
 setup-mini-swe-agent: .venv-mini/.installed
 
 .venv-mini/.installed:
 	@test -x .venv-mini/bin/python || $(PYTHON) -m venv .venv-mini
-	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)'
+	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)' 'litellm==1.106.2' 'mcp==2.3.0'
 	@touch $@
 
 test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent

@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
     doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")
     doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000")
-    doctor.add_argument("--served-model", default="policy")
+    doctor.add_argument("--served-model-name", "--served-model", dest="served_model", default="policy",
+                        help="the name the replicas serve the policy under (--served-model: its old name)")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")
     doctor.add_argument("--namespace")

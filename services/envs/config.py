@@ -72,7 +72,10 @@ class EnvSettings(ServiceSettings):
     registry_url: HttpUrl | None = None
     """Read to stamp groups with the oldest weight version being served."""
     run_id: str = Field(default="local", pattern=ID_PATTERN)
-    served_model: str = "policy"
+    served_model_name: str = "policy"
+    """The name the replicas serve the policy under (vLLM's --served-model-name; one name in every service)."""
+    served_model: str | None = Field(default=None, exclude=True)
+    """Old name of ``served_model_name``, still accepted (flag, env var, config key)."""
     group_size: int = Field(default=8, ge=1, le=256)
     max_tokens: int = Field(default=16, ge=1)
     temperature: float = Field(default=1.0, ge=0)
@@ -141,6 +144,15 @@ class EnvSettings(ServiceSettings):
     pod_name: str | None = None
     """This server's pod (downward API): owner of its sandboxes, which then die with it."""
     pod_uid: str | None = None
+
+    @model_validator(mode="after")
+    def _served_model_is_served_model_name(self) -> EnvSettings:
+        """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
+        if self.served_model is not None:
+            if "served_model_name" in self.model_fields_set and self.served_model_name != self.served_model:
+                raise ValueError(f"served_model: the old name of served_model_name, which says {self.served_model_name!r}")
+            self.served_model_name, self.served_model = self.served_model, None
+        return self
 
     @model_validator(mode="after")
     def _fields_fit_the_task(self) -> EnvSettings:

@@ -108,7 +108,7 @@ class EnvRunner:
         staleness bound and a queue short of a batch, that stops the trainer and the run."""
         if self.registry is None:
             return 0
-        endpoints = (await self.registry.list(model=self.s.served_model)).endpoints
+        endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
         return max((e.weight_version for e in endpoints), default=0)
 
     def _trial_key(self, trial: str, ttl_seconds: float | None = None) -> str:
@@ -123,7 +123,7 @@ class EnvRunner:
     async def rollout(self, problem: Any, trial: str) -> dict:
         """One group: n = group_size completions of one problem, scored, as a ScoredData dict."""
         version = await self.weight_version()  # read before sampling: the oldest weights that may answer
-        body = {"model": self.s.served_model, "n": self.s.group_size, "max_tokens": self.s.max_tokens,
+        body = {"model": self.s.served_model_name, "n": self.s.group_size, "max_tokens": self.s.max_tokens,
                 "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True,
                 "messages": self.task.messages(problem)}
         response = await self._complete(trial, body)
@@ -148,7 +148,7 @@ class EnvRunner:
         limit = asyncio.Semaphore(self.s.workers)
 
         async def answer(problem: Any) -> bool:
-            body = {"model": self.s.served_model, "max_tokens": self.s.max_tokens, "temperature": 0.0,
+            body = {"model": self.s.served_model_name, "max_tokens": self.s.max_tokens, "temperature": 0.0,
                     "messages": self.task.messages(problem)}
             async with limit:
                 response = await self._complete(f"{self.s.name}-eval", body)

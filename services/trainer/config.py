@@ -60,8 +60,10 @@ class TrainerSettings(ServiceSettings):
     port: int = Field(default=8400, ge=0, le=65535)
     model: str = "models/demo"
     """Hugging Face model directory the replicas started from (the policy at version 0)."""
-    served_model: str = "policy"
-    """Name the replicas serve the policy under (the registry filter for weight sync)."""
+    served_model_name: str = "policy"
+    """Name the replicas serve the policy under (vLLM's --served-model-name; the registry filter for weight sync)."""
+    served_model: str | None = Field(default=None, exclude=True)
+    """Old name of ``served_model_name``, still accepted (flag, env var, config key)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     batcher_token: SecretStr | None = None
     registry_url: HttpUrl | None = None
@@ -144,6 +146,15 @@ class TrainerSettings(ServiceSettings):
     wandb_entity: str | None = None
     wandb_run_name: str | None = None
     """Defaults to the run directory's name."""
+
+    @model_validator(mode="after")
+    def _served_model_is_served_model_name(self) -> TrainerSettings:
+        """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
+        if self.served_model is not None:
+            if "served_model_name" in self.model_fields_set and self.served_model_name != self.served_model:
+                raise ValueError(f"served_model: the old name of served_model_name, which says {self.served_model_name!r}")
+            self.served_model_name, self.served_model = self.served_model, None
+        return self
 
     @model_validator(mode="after")
     def _sync_mode_matches_training(self) -> TrainerSettings:

@@ -81,7 +81,7 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
     from rlstack.trainer.sync import replica_headers
     from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher
 
-    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model, replica_headers(key), settings.verify_tolerance))
+    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.verify_tolerance))
 
 
 def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPublisher:  # noqa: ANN001 - a RegistryClient
@@ -89,19 +89,19 @@ def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPu
     if isinstance(sync, BroadcastSync):
         from rlstack.trainer.sync.broadcast import BroadcastPublisher
 
-        return BroadcastPublisher(registry, settings.served_model, trainer_host=sync.host, replica_api_key=key)
+        return BroadcastPublisher(registry, settings.served_model_name, trainer_host=sync.host, replica_api_key=key)
     if isinstance(sync, IpcSync):
         from rlstack.trainer.sync.ipc import IpcPublisher
 
-        return IpcPublisher(registry, settings.served_model, replica_api_key=key)
+        return IpcPublisher(registry, settings.served_model_name, replica_api_key=key)
     if isinstance(sync, LoraSync):
         from rlstack.trainer.sync.lora import LoraPublisher
 
-        return LoraPublisher(sync.weights_dir, registry, settings.served_model, replica_api_key=key)
+        return LoraPublisher(sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
     if isinstance(sync, FilesystemSync):
         from rlstack.trainer.sync.filesystem import FilesystemPublisher
 
-        return FilesystemPublisher(sync.weights_dir, registry, settings.served_model, replica_api_key=key)
+        return FilesystemPublisher(sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
     raise ValueError(f"sync_mode={sync.mode} publishes nothing")
 
 
@@ -208,7 +208,7 @@ class TrainingLoop:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                endpoints = (await registry.list(model=self.s.served_model, ready=True)).endpoints
+                endpoints = (await registry.list(model=self.s.served_model_name, ready=True)).endpoints
                 if endpoints and all(e.weight_version == version for e in endpoints):
                     return
                 await asyncio.sleep(0.2)

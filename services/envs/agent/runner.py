@@ -195,7 +195,7 @@ class AgentEnvRunner(EnvRunner):
         if self.registry is None:
             return None
         try:
-            endpoints = (await self.registry.list(model=self.s.served_model)).endpoints
+            endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("could not read the served model's context length from the registry: %r", exc)
             return None
@@ -246,7 +246,7 @@ class AgentEnvRunner(EnvRunner):
         agent = agent or self.agent
         async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
             key = self._trial_key(trial, trial_key_ttl(task, self.s.agent_timeout_seconds))
-            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model)
+            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name)
             spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
                              agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
             self.am.trials_started.labels(self.s.name).inc()
