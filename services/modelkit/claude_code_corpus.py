@@ -19,8 +19,11 @@ from rlstack.common.contracts.atropos import MASKED
 from rlstack.modelkit.teacher import message_text
 
 TEMPLATE = Path(__file__).with_name("claude_code_template.jinja")
-"""The claude-code demo's chat template: the agent demo's, with text parts joined by a newline,
-which is what vLLM's "string" content format does, so both formats render one text."""
+"""The claude-code demo's chat template: the agent demo's, except that (1) text parts are joined by
+a newline, which is what vLLM's "string" content format does, so both of vLLM's content formats
+render one text, and (2) each tool is one line, ``- Name(param, ...): description``, not its
+JSON schema: claude-code's three schemas are ~1,100 of a ~1,250-token first prompt, and a 3.6M
+policy needs the names only (first prompt ~170 tokens; docs/agent-trials.md)."""
 
 
 def load_exchanges(path: Path) -> list[dict[str, Any]]:

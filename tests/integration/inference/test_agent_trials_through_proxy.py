@@ -129,7 +129,8 @@ def test_claude_code_trials_run_in_the_sandbox_and_a_failed_agent_posts_nothing(
 
     calls = read_trajectory(trial)
     first = calls[0]
-    assert first.api == "anthropic" and len(first.prompt_token_ids) > 5_000  # claude-code's own system prompt and tools
+    # claude-code's tools and system prompt, as cut by claude_code_agent's flags (26,885 tokens without them)
+    assert first.api == "anthropic" and 500 < len(first.prompt_token_ids) < 5_000
     assembly = assemble(calls)
     assert result["trajectory"]["calls"] == assembly.calls == len(calls)
     # After each cut claude-code sends the cut reply back with "Output token limit hit. Resume...":

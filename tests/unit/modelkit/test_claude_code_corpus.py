@@ -102,7 +102,7 @@ def test_a_conversation_is_one_row_training_only_the_teachers_turns(tokenizer):
     assert trained.count("<tool_call>") == 2 and trained.endswith(f"{FINAL_TEXT}<|im_end|>")
     assert '"arguments": {"command": "cat /app/calc.py"}' in trained and "sed -i" in trained
     context = tokenizer.decode([t for t, label in zip(ids, labels) if label == MASKED])
-    assert "There is a one-line bug in /app/calc.py" in context and '"name": "Bash"' in context
+    assert "There is a one-line bug in /app/calc.py" in context and "- Bash(command" in context
 
 
 def test_text_parts_are_joined_by_newlines_like_vllms_string_format(tokenizer):

@@ -1,0 +1,100 @@
+"""claude-code driven by a claude-code demo policy: a small model built here the way
+``rlstack make-claude-code-demo`` builds one (claude-code captured with the scripted teacher,
+tokenizer and warm start on that capture), served by a real vLLM replica behind a real proxy.
+
+The policy makes its tool calls in its own template, vLLM's hermes parser returns them, LiteLLM
+turns them into ``tool_use`` blocks, claude-code runs them in the sandbox and sends back
+``tool_result``s. The warm start's rendering of claude-code's requests is vLLM's, token for token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from transformers import AutoTokenizer
+
+from rlstack.common.contracts.trajectory import read_trajectory
+from rlstack.envs.agent.agents import claude_code_agent, trial_env
+from rlstack.envs.harbor.dataset import load_dataset
+from rlstack.envs.harbor.make_tasks import generate, write_task
+from rlstack.envs.sandboxes import build_sandbox
+from rlstack.envs.sandboxes.config import LocalSandboxConfig
+from rlstack.envs.trials.records import TrialSpec
+from rlstack.envs.trials.run import run_trial
+from rlstack.modelkit.claude_code_corpus import load_exchanges, render_prompt
+from rlstack.modelkit.claude_code_demo import ClaudeCodeDemoSpec, build_claude_code_demo
+from tests.conftest import PROXY_PYTHON, start_service
+from tests.integration.inference.conftest import ReplicaHandle, start_replica
+
+SERVED = "cc-demo"
+"""Its own served name: the session's shared proxy never routes to this replica."""
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory, claude_bin) -> tuple[Path, Path]:
+    """Two tasks captured with the teacher, learnt by heart (the policy need not generalise here)."""
+    root = tmp_path_factory.mktemp("cc-demo")
+    spec = ClaudeCodeDemoSpec(capture_tasks=2, capture_concurrency=2, max_position_embeddings=32768, steps=120,
+                              batch_size=2, lr=3e-3, max_seconds=900)
+    record = build_claude_code_demo(root / "model", root / "capture", spec, progress=False)
+    assert record["conversations"] == 2 and record["thread_breaks"] == 0
+    return root / "model", root / "capture"
+
+
+@pytest.fixture(scope="module")
+def demo_replica(registry, demo_model, stack_logs) -> Iterator[ReplicaHandle]:
+    handle = start_replica(registry.url, demo_model[0], stack_logs, "replica-cc-demo", served_model_name=SERVED)
+    yield handle
+    handle.sidecar.terminate(grace=60)
+
+
+@pytest.fixture(scope="module")
+def demo_proxy(registry, demo_replica, stack_logs, tmp_path_factory):
+    trials = tmp_path_factory.mktemp("cc-trials")
+    svc = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(trials), "--served-model-name", SERVED,
+                                  "--max-tokens-cap", "128", "--watch-timeout-seconds", "2"],
+                        stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+    yield svc, trials
+    svc.terminate()
+
+
+def test_the_warm_start_renders_claude_codes_requests_as_vllm_does(demo_model, demo_replica):
+    model, capture = demo_model
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for exchange in [e for e in load_exchanges(capture / "exchanges.jsonl") if e["task"]]:
+        request = exchange["request"]
+        ours = tokenizer(render_prompt(tokenizer, request), add_special_tokens=False)["input_ids"]
+        body = {"model": SERVED, "messages": request["messages"], "tools": request["tools"], "add_generation_prompt": True}
+        theirs = httpx.post(f"{demo_replica.vllm_url}/tokenize", json=body, timeout=60).json()["tokens"]
+        assert ours == theirs
+
+
+def test_claude_code_runs_the_policys_tool_calls(demo_model, demo_proxy, claude_bin, tmp_path):
+    proxy, trials_dir = demo_proxy
+    task_spec = generate(2, 1000)[1]  # sum-numbers-s1000-1, one of the two learnt
+    write_task(task_spec, tmp_path / "tasks")
+    task = load_dataset(tmp_path / "tasks").tasks[0]
+    agent = claude_code_agent(Path(claude_bin))
+    env = trial_env(agent, proxy.url, "cc", "t1", "open", SERVED)
+    spec = TrialSpec(run="cc", trial="t1", task=task, agent=agent, env=env, agent_timeout_sec=180,
+                     private_paths=[tmp_path / "tasks"])
+    sandbox = build_sandbox(LocalSandboxConfig())
+    result = asyncio.run(run_trial(spec, sandbox, trials_dir))
+    assert result.status == "ok", (trials_dir / "cc" / "t1" / "agent" / "stdout.txt").read_text()[-2000:]
+
+    calls = sorted(read_trajectory(trials_dir / "cc" / "t1"), key=lambda r: r.started_at)
+    assert all(c.api == "anthropic" and c.status == "ok" for c in calls)
+    tool_calls = [tc for c in calls for tc in (c.choices[0].message.get("tool_calls") or [])]
+    assert len(tool_calls) >= 2, [c.choices[0].message for c in calls]
+    # tool_use -> tool_result: each call id the policy produced comes back as the next request's tool result
+    for call, following in zip(calls, calls[1:]):
+        ids = [tc["id"] for tc in call.choices[0].message.get("tool_calls") or []]
+        results = [block["tool_use_id"] for m in following.request["messages"] if isinstance(m.get("content"), list)
+                   for block in m["content"] if block.get("type") == "tool_result"]
+        assert set(ids) <= set(results)
+    first = next(c for c in calls if c.choices[0].message.get("tool_calls"))
+    assert first.prompt_token_ids and first.choices[0].completion_token_ids
