@@ -3,6 +3,9 @@
 Oldest first: groups are scanned in arrival order and the first combination that reaches the
 target wins, so the newest group in a batch is as old as it can be. With one group size this
 is plain FIFO; mixed sizes (several envs) still pack exactly where a greedy scan would stall.
+A trainer that registered ``batch_fill: at_least`` takes the oldest groups once they reach
+``batch_size`` instead: agent groups whose trials bring several sequences vary in size, and an
+exact sum may never come.
 """
 
 from __future__ import annotations
@@ -28,6 +31,17 @@ def select_batch(groups: Iterable[tuple[int, int]], batch_size: int, scan_limit:
             reach[candidate] = (group_id, previous)
             if candidate == batch_size:
                 return _unwind(reach, batch_size)
+    return None
+
+
+def select_at_least(groups: Iterable[tuple[int, int]], batch_size: int) -> list[int] | None:
+    """The oldest whole groups once their sequences reach ``batch_size`` (a trainer's ``at_least``)."""
+    ids, total = [], 0
+    for group_id, size in groups:
+        ids.append(group_id)
+        total += size
+        if total >= batch_size:
+            return ids
     return None
 
 

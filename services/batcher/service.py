@@ -36,6 +36,7 @@ from rlstack.batcher.state import BatcherState
 from rlstack.batcher.validation import (
     GroupRejected,
     check_shapes,
+    check_trials,
     check_vocab,
     error,
     from_pydantic,
@@ -207,18 +208,20 @@ class BatcherService:
         for index, group in enumerate(groups):
             loc: tuple[str | int, ...] = (index,) if as_list else ()
             problems += check_shapes(group, loc)
+            problems += check_trials(group, loc) if not problems else []
             if vocab is not None:
                 problems += check_vocab(group, vocab, loc)
             size = len(group.tokens)
-            if batch_size is not None and size > batch_size:
+            if batch_size is not None and size > batch_size and self.state.trainer.batch_fill == "exact":
                 problems.append(error((*loc, "tokens"), f"group of {size} sequences can never fit a batch of {batch_size}"))
             if group.env_id is not None:
                 if group.env_id >= len(self.state.envs):
                     problems.append(error((*loc, "env_id"), f"no env registered with id {group.env_id}"))
                 else:
                     expected = self.state.envs[group.env_id].registration.group_size
-                    if size != expected:
-                        problems.append(error((*loc, "tokens"), f"group has {size} sequences, env {group.env_id} registered group_size {expected}"))
+                    if group.members != expected:
+                        what = f"{group.members} members (trials)" if group.trials is not None else f"{size} sequences"
+                        problems.append(error((*loc, "tokens"), f"group has {what}, env {group.env_id} registered group_size {expected}"))
         if problems:
             self._count_reject("invalid")
             raise GroupRejected(422, problems, "invalid")

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from rlstack.batcher.packing import select_batch
+from rlstack.batcher.packing import select_at_least, select_batch
 from rlstack.batcher.records import (
     BatchServed,
     DataReset,
@@ -178,7 +178,7 @@ class BatcherState:
 
     def unbatchable_ids(self) -> list[int]:
         batch_size = self.trainer.batch_size if self.trainer else None
-        if batch_size is None or self.largest_group <= batch_size:
+        if batch_size is None or self.largest_group <= batch_size or self.trainer.batch_fill == "at_least":
             return []  # the usual case: posts are checked against batch_size on arrival
         return [gid for gid, g in self.queue.items() if gid not in self.reserved and g.size > batch_size]
 
@@ -186,7 +186,10 @@ class BatcherState:
         """Pick the next batch, reserve its groups and take the next step number."""
         assert self.trainer is not None
         candidates = ((gid, g.size) for gid, g in self.queue.items() if gid not in self.reserved)
-        ids = select_batch(candidates, self.trainer.batch_size)
+        if self.trainer.batch_fill == "at_least":
+            ids = select_at_least(candidates, self.trainer.batch_size)
+        else:
+            ids = select_batch(candidates, self.trainer.batch_size)
         if ids is None:
             return None
         self.reserved.update(ids)

@@ -91,3 +91,19 @@ def check_vocab(group: ScoredData, vocab_size: int, loc: Loc = ()) -> list[dict[
         if any(t >= vocab_size for ids in row for t in ids):
             problems.append(error((*loc, "distill_token_ids", i), f"a token id is outside the vocabulary ({vocab_size})"))
     return problems
+
+
+def check_trials(group: ScoredData, loc: Loc = ()) -> list[dict[str, Any]]:
+    """``trials`` (one member index per row) must cover 0..n-1 and give a member's rows one score."""
+    if group.trials is None:
+        return []
+    if len(group.trials) != len(group.tokens):
+        return [error((*loc, "trials"), f"has {len(group.trials)} entries for {len(group.tokens)} sequences")]
+    members = sorted(set(group.trials))
+    if members != list(range(len(members))):
+        return [error((*loc, "trials"), f"member indices must be 0..n-1 with none missing, got {members[:20]}")]
+    score: dict[int, float] = {}
+    for row, member in enumerate(group.trials):
+        if score.setdefault(member, group.scores[row]) != group.scores[row]:
+            return [error((*loc, "scores", row), f"member {member}'s sequences carry different scores")]
+    return []

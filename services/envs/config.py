@@ -48,7 +48,8 @@ _TASK_SPEC: TypeAdapter[ArithmeticSpec | Gsm8kSpec | HarborSpec] = TypeAdapter(T
 TASK_FIELDS: dict[str, frozenset[str]] = {
     "arithmetic": frozenset({"difficulty", "max_operand", "format_reward"}),
     "gsm8k": frozenset({"dataset_path"}),
-    "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries"}),
+    "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries",
+                         "trial_sequences"}),
 }
 """Settings that mean something for one task only; setting one for another task is a mistake worth an error.
 (Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)"""
@@ -128,6 +129,11 @@ class EnvSettings(ServiceSettings):
     """harbor: new attempts for a trial that could not be scored (infra error, failed model call)."""
     drop_constant_groups: bool = False
     """Do not post groups whose rewards are all equal (no GRPO signal); they are counted either way."""
+    trial_sequences: Literal["all", "main"] = "all"
+    """harbor: ``all`` posts every sequence of a trial (main thread, side calls, sub-agents, the segments
+    after a compaction), each with the trial's reward and the group's ``trials`` naming whose row it is;
+    ``main`` posts only each trial's main thread (one row per trial), for a trainer that needs Atropos's
+    exact batches of ``group_size`` rows per group."""
     max_staleness: int | None = Field(default=None, ge=0)
     """harbor: start a group only while the served policy is at most this many versions behind the
     number of batches already started (bounds staleness at trial start, not at batch time)."""

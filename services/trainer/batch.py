@@ -20,6 +20,16 @@ from rlstack.common.contracts.atropos import MASKED
 from rlstack.trainer.loss import group_advantages
 
 
+def member_advantages(scores: torch.Tensor, trials: list[int] | None) -> torch.Tensor:
+    """GRPO advantages over the group's members: a trial that brought several sequences (side calls,
+    sub-agents, compacted segments) counts once in the baseline, and each of its rows gets its advantage."""
+    if trials is None:
+        return group_advantages(scores)
+    index = torch.tensor(trials)
+    per_member = torch.zeros(int(index.max()) + 1).index_copy(0, index, scores)  # a member's rows share one score
+    return group_advantages(per_member)[index]
+
+
 @dataclass
 class TrainBatch:
     input_ids: torch.Tensor  # [B, T] padded tokens[:-1]
@@ -46,7 +56,10 @@ def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
     for group in groups:
         scores = torch.tensor(group["scores"], dtype=torch.float32)
         sent = group.get("advantages")
-        adv = torch.tensor([a[0] for a in sent]) if sent and all(len(a) == 1 for a in sent) else group_advantages(scores)
+        if sent and all(len(a) == 1 for a in sent):
+            adv = torch.tensor([a[0] for a in sent])
+        else:
+            adv = member_advantages(scores, group.get("trials"))
         sampled = group.get("inference_logprobs")
         for i, tokens in enumerate(group["tokens"]):
             logprobs = sampled[i] if sampled else [0.0] * len(tokens)

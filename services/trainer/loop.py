@@ -151,7 +151,7 @@ class TrainingLoop:
         await self.batcher.register_trainer(TrainerRegistration(
             batch_size=self.s.batch_size, max_token_len=self.s.max_token_len, checkpoint_dir=str(self.checkpoints),
             save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps,
-            vocab_size=getattr(self.model.config, "vocab_size", None)))
+            vocab_size=getattr(self.model.config, "vocab_size", None), batch_fill="at_least"))
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ validation module so they can report the exact offending field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
@@ -44,6 +44,11 @@ class TrainerRegistration(BaseModel):
     num_steps: int = -1
     vocab_size: int | None = Field(default=None, ge=1, le=MAX_ID)
     """rlstack extension: the policy's vocabulary; the batcher then refuses token ids at or above it."""
+    batch_fill: Literal["exact", "at_least"] = "exact"
+    """rlstack extension: ``exact`` (Atropos's rule) hands out whole groups summing to exactly
+    ``batch_size`` sequences; ``at_least`` hands out the oldest whole groups once they reach it
+    (fewer than one group's rows over), so groups whose trials bring several sequences (side calls,
+    sub-agents, compacted segments) never wait for an exact fit. rlstack's trainer asks for it."""
 
 
 class EnvRegistration(BaseModel):
@@ -87,6 +92,16 @@ class ScoredData(BaseModel):
     distill_logprobs: list[list[list[Value]]] | None = None
     weight_version: int | None = Field(default=None, ge=0, le=MAX_ID)
     """rlstack extension: the policy version that generated the group (staleness filter)."""
+    trials: list[Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]] | None = None
+    """rlstack extension: which member of the group (an agent trial) each row belongs to, 0..n-1.
+    A trial may bring several sequences (its main thread, side calls, sub-agents, the segments
+    after a compaction), all carrying its score; the group then has ``n`` = its env's
+    ``group_size`` members and may have more rows, and advantages are computed over members,
+    not rows. Absent: every row is its own member (Atropos)."""
+
+    @property
+    def members(self) -> int:
+        return len(set(self.trials)) if self.trials is not None else len(self.tokens)
 
     @field_validator("messages")
     @classmethod

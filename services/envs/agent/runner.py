@@ -1,7 +1,11 @@
 """The agent env's loop: per Harbor task, ``group_size`` trials of the agent in sandboxes, their
-calls assembled into sequences, one group posted with the trials' rewards: one sequence per
-trial, its main thread (the one with the most policy tokens), so every group has exactly
-``group_size`` rows and the batcher can always pack whole groups into exact batches.
+calls assembled into sequences, one group posted with the trials' rewards. Every sequence of a
+trial is posted (its main thread, side calls, sub-agent threads, the segments after a
+compaction), each carrying the trial's reward, and the group's ``trials`` says whose row each
+is: the group has ``group_size`` members and advantages are taken over members, so a trial
+with many segments counts once in the baseline. The trainer registers ``batch_fill:
+at_least``, so groups of varying row counts always batch (``--trial-sequences main`` posts one
+row per trial for a trainer that needs Atropos's exact batches).
 
 Registration, batcher back-pressure and posting are the single-turn runner's; what differs is
 the rollout. A group is posted only when every trial was scored: a trial that could not be
@@ -341,19 +345,24 @@ class AgentEnvRunner(EnvRunner):
             self.am.constant_groups.labels(self.s.name).inc()
             if self.s.drop_constant_groups:
                 raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
-        tokens, masks, logprobs, scores, versions = [], [], [], [], []
-        for outcome in outcomes:
+        tokens, masks, logprobs, scores, versions, members = [], [], [], [], [], []
+        for member, outcome in enumerate(outcomes):
             assert outcome.assembly is not None and outcome.result.reward is not None
             main, *side = sorted(outcome.assembly.sequences, key=lambda s: s.trained_tokens, reverse=True)
-            if side:
+            posted = [main, *side] if self.s.trial_sequences == "all" else [main]
+            if len(posted) < 1 + len(side):
                 self.am.sequences_dropped.labels(self.s.name).inc(len(side))
-            tokens.append(main.tokens)
-            masks.append(main.masks)
-            logprobs.append(main.inference_logprobs)
-            scores.append(outcome.result.reward)
-            versions.extend(main.weight_versions)
+            for sequence in posted:
+                tokens.append(sequence.tokens)
+                masks.append(sequence.masks)
+                logprobs.append(sequence.inference_logprobs)
+                scores.append(outcome.result.reward)
+                versions.extend(sequence.weight_versions)
+                members.append(member)
         group: dict = {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": logprobs,
                        "env_id": self.env_id}
+        if len(members) > len(outcomes):
+            group["trials"] = members  # a trial's side calls, sub-agents and segments: rows of one member
         if versions:
             group["weight_version"] = min(versions)  # the oldest policy any call of the group saw
         return group

@@ -1,4 +1,4 @@
-"""The agent env's own rules, on its real class: one row per trial, constant groups, staleness at start."""
+"""The agent env's own rules, on its real class: every sequence of a trial posted, constant groups, staleness at start."""
 
 from __future__ import annotations
 
@@ -54,11 +54,20 @@ def outcome(reward: float, *sequences: tuple[int, int]) -> TrialOutcome:
                                          failed_calls=0), token_limit=4096)
 
 
-def test_a_group_has_one_row_per_trial_its_main_thread_and_the_oldest_version():
+def test_every_sequence_of_a_trial_is_posted_as_a_row_of_its_member():
     r = runner()
     group = r._group(r.task.dataset.tasks[0], [outcome(1.0, (3, 5), (9, 6)), outcome(0.0, (4, 7))])
-    assert group["scores"] == [1.0, 0.0]
-    assert [sum(m != -100 for m in row) for row in group["masks"]] == [9, 4]  # the longer thread of trial 1
+    # Trial 0's side thread is trained too (main thread first), with trial 0's reward.
+    assert group["trials"] == [0, 0, 1] and group["scores"] == [1.0, 1.0, 0.0]
+    assert [sum(m != -100 for m in row) for row in group["masks"]] == [9, 3, 4]
+    assert group["weight_version"] == 5  # the oldest version any posted call saw
+
+
+def test_main_only_posts_one_row_per_trial_for_exact_trainers():
+    r = runner(trial_sequences="main")
+    group = r._group(r.task.dataset.tasks[0], [outcome(1.0, (3, 5), (9, 6)), outcome(0.0, (4, 7))])
+    assert group["scores"] == [1.0, 0.0] and "trials" not in group
+    assert [sum(m != -100 for m in row) for row in group["masks"]] == [9, 4]  # the longer thread of trial 0
     assert group["weight_version"] == 6
 
 
