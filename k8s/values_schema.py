@@ -156,6 +156,8 @@ def schema() -> J:
                 "serviceAccount": obj({"create": BOOL, "name": s()}),
                 "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
                                "graceSeconds": NON_NEGATIVE}),
+                "pod": obj({"runtimeClassName": s(), "readOnlyRootFilesystem": BOOL,
+                            "ephemeralStorage": s(), "emptyDirSizeLimit": s()}),
             }),
             "networkPolicies": obj({"enabled": BOOL, "metricsNamespaceSelector": MAP, "scrapeVllmMetrics": BOOL,
                                     "dnsPeers": {"type": "array", "minItems": 1, "items": MAP}}),

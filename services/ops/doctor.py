@@ -9,6 +9,7 @@ usually means and what to do, so the first red line is where to look.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 import subprocess
 import time
@@ -44,6 +45,9 @@ class DoctorConfig(BaseModel):
     stuck_after_s: float = 600.0
     leaked_after_s: float = 900.0
     """A finished sandbox still there this long after it ended was not reaped (the reaper's grace is 300 s)."""
+    probe_image: str | None = None
+    """Check that NetworkPolicies are enforced: a pod labelled as a sandbox, in this image (python3), tries
+    vLLM's port on a registered replica; it must not get through (needs create/watch/delete on pods)."""
 
 
 @dataclass
@@ -197,8 +201,67 @@ def judge_sandboxes(pods: list[Pod], stuck_after_s: float, leaked_after_s: float
     return Check("sandbox pods", True, detail)
 
 
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except OSError as exc:
+    print("blocked:", exc)
+    sys.exit(3)
+print("connected")
+"""
+PROBE_RUN = "doctor-netpol"
+
+
+def check_network_policies(c: DoctorConfig) -> Check | None:
+    """A pod the sandbox NetworkPolicy confines must not reach vLLM's port (its dev routes change
+    weights with no authentication). A plugin that ignores NetworkPolicies (EKS's VPC CNI without
+    network policy enabled, GKE Standard without enforcement, kind's kindnet before 0.24) lets it through."""
+    if c.probe_image is None:
+        return None
+    from urllib.parse import urlsplit
+
+    from rlstack.kube.connection import connect
+    from rlstack.kube.sandboxes import SandboxManager, SandboxSpec, run_once
+
+    try:
+        endpoints = asyncio.run(_registered(c)).endpoints
+    except Exception as exc:  # noqa: BLE001
+        return Check("network policies", False, f"no replica to probe: {explain(exc, 'registry')}", "fix the registry first")
+    if not endpoints:
+        return Check("network policies", False, "no registered replica to probe", "start the replicas first")
+    target = urlsplit(str(endpoints[0].url))
+    wait = 5
+
+    async def probe() -> tuple[int | None, str]:
+        client = connect(c.kube_api_url, c.namespace)
+        try:
+            manager = SandboxManager(client, c.namespace or client.namespace, PROBE_RUN)
+            spec = SandboxSpec(trial=f"probe-{secrets.token_hex(4)}", image=c.probe_image, cpu="100m", memory="128Mi",
+                               command=["python3", "-c", PROBE, target.hostname or "", str(target.port or 80), str(wait)],
+                               deadline_seconds=120)
+            outcome, _ = await run_once(manager, spec, timeout=c.timeout_s + 120)
+            return outcome.exit_code, outcome.phase
+        finally:
+            await client.close()
+
+    try:
+        code, phase = asyncio.run(probe())
+    except Exception as exc:  # noqa: BLE001 - no kubeconfig, forbidden, image pull: all mean no verdict
+        return Check("network policies", False, f"probe pod failed: {type(exc).__name__}: {str(exc)[:160]}",
+                     "cannot run the probe pod: kubeconfig, RBAC (create/watch/delete pods) or the image")
+    where = f"{target.hostname}:{target.port}"
+    if code == 0:
+        return Check("network policies", False, f"a sandbox-labelled pod reached vLLM at {where}",
+                     "NetworkPolicies are NOT enforced: enable them in the network plugin (EKS: VPC CNI enableNetworkPolicy; "
+                     "GKE: network policy enforcement or Dataplane V2) or install one that enforces them (Calico, Cilium)")
+    if code == 3:
+        return Check("network policies", True, f"a sandbox-labelled pod could not reach vLLM at {where}")
+    return Check("network policies", False, f"probe pod ended {phase} with exit code {code}", "kubectl describe the probe pod")
+
+
 def run_checks(c: DoctorConfig) -> list[Check]:
     with httpx.Client(timeout=c.timeout_s) as client:
         checks = [check_proxy_alive(c, client), check_ping(c, client), check_replicas(c, client), check_batcher(c, client)]
-    checks += [x for x in (check_gpus(), check_sandboxes(c)) if x is not None]
+    checks += [x for x in (check_gpus(), check_sandboxes(c), check_network_policies(c)) if x is not None]
     return checks
