@@ -164,7 +164,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
                           served_model=args.served_model, trial_key=args.trial_key, run_prefix=args.run_prefix,
-                          namespace=args.namespace, kube_api_url=args.kube_api_url)
+                          namespace=args.namespace, kube_api_url=args.kube_api_url, probe_image=args.probe_image)
     checks = run_checks(config)
     table = Table(title="rlstack doctor")
     for col in ("check", "ok", "detail", "likely cause / remedy"):
@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")
     doctor.add_argument("--namespace")
     doctor.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")
+    doctor.add_argument("--probe-image", help="check that NetworkPolicies are enforced: a sandbox-labelled pod in this image "
+                        "(with python3) must not reach vLLM's port (needs create/watch/delete on pods)")
     doctor.set_defaults(func=cmd_doctor)
     dry = sub.add_parser("dryrun", help="check a run config or values file against the model's config before starting anything")
     dry.add_argument("config", type=Path)
