@@ -194,7 +194,7 @@ async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_ur
     return TrialReport(
         status=result.status.value, reward=result.reward, trial_dir=str(TrialPaths.of(trials_dir, req.run, trial).root),
         task=task.name, agent=(agent or runner.agent).name, calls=assembly.calls if assembly else 0,
-        continued_calls=merged + breaks, merged_calls=merged, spliced_calls=getattr(assembly, "spliced_calls", 0) or 0,
+        continued_calls=merged + breaks, merged_calls=merged, spliced_calls=assembly.spliced_calls if assembly else 0,
         thread_breaks=breaks, failed_calls=assembly.failed_calls if assembly else 0,
         sequences=len(assembly.sequences) if assembly else 0,
         trained_tokens=sum(s.trained_tokens for s in assembly.sequences) if assembly else 0,
