@@ -80,7 +80,8 @@ async def wandb_info(svc: BatcherService = Depends(service)):
 @router.get("/info", dependencies=WRITE)
 async def info(svc: BatcherService = Depends(service)):
     trainer = svc.state.trainer
-    return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1}
+    return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1,
+            "batch_fill": trainer.batch_fill if trainer else "exact"}  # an rlstack extension: Atropos clients ignore it
 
 
 # The three hot routes skip dependency injection: they run once per group or batch.

@@ -9,7 +9,7 @@ caller's mistake or a batcher that forgot it (a reset) and raises ``BatcherRefus
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel
@@ -35,6 +35,8 @@ class BatcherInfo(BaseModel):
 
     batch_size: int
     max_token_len: int
+    batch_fill: Literal["exact", "at_least"] = "exact"
+    """rlstack's batcher says how the trainer takes batches (Atropos's answers lack it: exact)."""
 
 
 class BatcherClient:

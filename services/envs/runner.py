@@ -47,6 +47,8 @@ class EnvRunner:
         self.problems: Iterator[Any] = self.task.stream()
         self.env_id: int | None = None
         self.batch_size: int | None = None
+        self.batch_fill = "exact"
+        """How the trainer takes batches: agent groups of several rows per trial need ``at_least``."""
         self.trainer_token_limit: int | None = None
         """The trainer's max_token_len (Atropos /info): no sequence posted is longer."""
         self.recent_rewards: deque[float] = deque(maxlen=100)
@@ -79,6 +81,7 @@ class EnvRunner:
             await asyncio.sleep(BATCHER_RETRY_SECONDS)
         info = await self.batcher.info()
         self.batch_size = info.batch_size
+        self.batch_fill = info.batch_fill
         self.trainer_token_limit = info.max_token_len if info.max_token_len > 0 else None
         log.info("registered as env %d (%s); batch size %d", self.env_id, self.s.name, self.batch_size)
 

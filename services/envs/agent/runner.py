@@ -349,7 +349,8 @@ class AgentEnvRunner(EnvRunner):
         for member, outcome in enumerate(outcomes):
             assert outcome.assembly is not None and outcome.result.reward is not None
             main, *side = sorted(outcome.assembly.sequences, key=lambda s: s.trained_tokens, reverse=True)
-            posted = [main, *side] if self.s.trial_sequences == "all" else [main]
+            every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
+            posted = [main, *side] if every else [main]
             if len(posted) < 1 + len(side):
                 self.am.sequences_dropped.labels(self.s.name).inc(len(side))
             for sequence in posted:

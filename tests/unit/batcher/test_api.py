@@ -39,7 +39,7 @@ def test_batch_before_register_is_atropos_error_shape(make_client):
     c = make_client()
     body = c.get("/batch").json()
     assert body["status"] == "error" and body["batch"] == []
-    assert c.get("/info").json() == {"batch_size": -1, "max_token_len": -1}
+    assert c.get("/info").json() == {"batch_size": -1, "max_token_len": -1, "batch_fill": "exact"}
 
 
 def test_env_waits_for_trainer(make_client):

@@ -56,6 +56,7 @@ def outcome(reward: float, *sequences: tuple[int, int]) -> TrialOutcome:
 
 def test_every_sequence_of_a_trial_is_posted_as_a_row_of_its_member():
     r = runner()
+    r.batch_fill = "at_least"  # what rlstack's trainer registers
     group = r._group(r.task.dataset.tasks[0], [outcome(1.0, (3, 5), (9, 6)), outcome(0.0, (4, 7))])
     # Trial 0's side thread is trained too (main thread first), with trial 0's reward.
     assert group["trials"] == [0, 0, 1] and group["scores"] == [1.0, 1.0, 0.0]
@@ -63,8 +64,10 @@ def test_every_sequence_of_a_trial_is_posted_as_a_row_of_its_member():
     assert group["weight_version"] == 5  # the oldest version any posted call saw
 
 
-def test_main_only_posts_one_row_per_trial_for_exact_trainers():
-    r = runner(trial_sequences="main")
+@pytest.mark.parametrize(("sequences", "fill"), [("main", "at_least"), ("all", "exact")])
+def test_main_only_posts_one_row_per_trial_for_exact_trainers(sequences, fill):
+    r = runner(trial_sequences=sequences)
+    r.batch_fill = fill  # an Atropos trainer (exact batches) gets one row per trial whatever was asked
     group = r._group(r.task.dataset.tasks[0], [outcome(1.0, (3, 5), (9, 6)), outcome(0.0, (4, 7))])
     assert group["scores"] == [1.0, 0.0] and "trials" not in group
     assert [sum(m != -100 for m in row) for row in group["masks"]] == [9, 4]  # the longer thread of trial 0
