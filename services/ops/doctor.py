@@ -9,6 +9,7 @@ usually means and what to do, so the first red line is where to look.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import httpx
-from pydantic import BaseModel, HttpUrl
+from pydantic import BaseModel, Field, HttpUrl
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
@@ -29,6 +30,9 @@ from rlstack.common.registry_client import RegistryClient
 if TYPE_CHECKING:
     from lightkube.resources.core_v1 import Pod
 
+BATCHER_TOKEN_ENV = "RLSTACK_BATCHER_TOKEN"
+"""Where doctor finds the batcher's token when none is given (the chart's helm test sets it)."""
+
 
 class DoctorConfig(BaseModel):
     proxy_url: HttpUrl = HttpUrl("http://127.0.0.1:4000")
@@ -36,6 +40,8 @@ class DoctorConfig(BaseModel):
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     served_model: str = "policy"
     trial_key: str | None = None
+    batcher_token: str | None = Field(default_factory=lambda: os.environ.get(BATCHER_TOKEN_ENV) or None)
+    """The batcher's bearer token (it checks reads too); the registry's comes from $RLSTACK_REGISTRY_TOKEN."""
     run_prefix: str | None = None
     """Check the sandbox pods labelled harbor-run=<prefix> (needs cluster access)."""
     namespace: str | None = None
@@ -111,7 +117,7 @@ async def _registered(c: DoctorConfig) -> EndpointList:
 
 
 async def _batcher_status(c: DoctorConfig) -> Status:
-    batcher = BatcherClient(str(c.batcher_url), timeout=c.timeout_s)
+    batcher = BatcherClient(str(c.batcher_url), c.batcher_token, timeout=c.timeout_s)
     try:
         return await batcher.status()
     finally:

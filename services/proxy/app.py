@@ -58,7 +58,7 @@ class ProxyApp:
         self.metrics = ProxyMetrics(self.registry)
         self.view = ReplicaView(settings.served_model_name, settings.default_max_context)
         api_key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
-        self.registry_client = RegistryClient(str(settings.registry_url))
+        self.registry_client = RegistryClient(str(settings.registry_url), settings.registry_token.get_secret_value() if settings.registry_token else None)
         self.token_in = TokenInUpstream(self.view, api_key, settings.request_timeout_seconds) if settings.token_in else None
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
                                    settings.watch_timeout_seconds, relay=self.token_in)

@@ -21,6 +21,8 @@ class ProxySettings(ServiceSettings):
     """Where replicas are discovered."""
     served_model_name: str = "policy"
     """The replicas' served name; claude-*, hosted_vllm/<name> and <name> all map onto it."""
+    registry_token: SecretStr | None = None
+    """The registry's bearer token (reads need it when the registry checks tokens); unset = $RLSTACK_REGISTRY_TOKEN."""
     replica_api_key: SecretStr | None = None
     """Key the replicas require (vLLM --api-key)."""
     trial_key_secret: SecretStr | None = None

@@ -232,3 +232,26 @@ def test_agent_values_run_trials_as_pods_on_the_shared_trials_volume():
     proxy = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-proxy"))
     proxy_env = {e["name"]: e.get("value") for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert proxy_env["RLSTACK_PROXY_TRIALS_DIR"] == values["RLSTACK_ENV_TRIALS_DIR"]  # JSONL and results meet
+
+
+def test_every_registry_client_sends_the_registry_token(rendered):
+    """The registry checks reads too: the proxy (its own setting), the trainer and env servers (the
+    variable every RegistryClient falls back to) and helm test's doctor all get the service token."""
+    _, objects = rendered
+    pods = workloads(objects)
+    wanted = {"proxy": "RLSTACK_PROXY_REGISTRY_TOKEN", "trainer": "RLSTACK_REGISTRY_TOKEN",
+              "inference": "RLSTACK_INFERENCE_REGISTRY_TOKEN", **{n: "RLSTACK_REGISTRY_TOKEN" for n in pods if n.startswith("env-")}}
+    [test] = [o for o in by_kind(objects, "Pod") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "test"]
+    containers = {name: pods[name]["spec"]["containers"][0] for name in wanted} | {"test": test["spec"]["containers"][0]}
+    wanted |= {"test": "RLSTACK_REGISTRY_TOKEN"}
+    for name, var in wanted.items():
+        env = {e["name"]: e for e in containers[name]["env"]}
+        assert env[var]["valueFrom"]["secretKeyRef"]["key"] == "service-token", (name, var)
+    assert "RLSTACK_BATCHER_TOKEN" in {e["name"] for e in containers["test"]["env"]}
+
+
+def test_proxy_reads_its_registry_token_from_an_explicit_setting(monkeypatch):
+    from rlstack.proxy.config import ProxySettings
+
+    monkeypatch.setenv("RLSTACK_PROXY_REGISTRY_TOKEN", "tok")
+    assert ProxySettings().registry_token.get_secret_value() == "tok"
