@@ -106,41 +106,45 @@ def _first_sequence_matches(group: dict, trial: Path) -> bool:
                                                        if m != MASKED][: len(line["choices"][0]["completion_token_ids"])]
 
 
-def test_claude_code_trials_run_in_the_sandbox_and_a_failed_agent_posts_nothing(service_factory, proxy, registry,
-                                                                                 tiny_model, claude_bin, tmp_path):
-    """The real claude-code CLI as the agent. The random demo policy never ends its turn, so every
-    reply hits the proxy's max_tokens cap and claude-code gives up (exit 1): the trial is an
-    ``agent_error``, and the group is dropped rather than posted with a made-up reward. Its calls
-    still assemble, from vLLM's ids, into sequences that are exactly what vLLM saw and produced."""
+def test_claude_code_trials_run_in_the_sandbox_and_are_trained_on_exact_ids(service_factory, proxy, registry,
+                                                                            tiny_model, claude_bin, tmp_path):
+    """The real claude-code CLI as the agent, with the random demo policy. Every reply hits the
+    proxy's max_tokens cap; claude-code sends the cut reply back ("Output token limit hit.
+    Resume...") and finally gives up (exit 1). Its calls were all answered and none failed, so
+    that exit is the policy's outcome: the trial is scored (0) and posted, not retried. Token-in
+    sends every continued call on the thread's exact ids (the cut replies re-tokenise
+    differently: every one was a thread break before), so the trial is one sequence whose
+    trained tokens are exactly what vLLM generated."""
     batcher = service_factory("batcher", ["--data-dir", str(tmp_path / "wal")])
-    httpx.post(f"{batcher.url}/register", json=trainer_registration(batch_size=1)).raise_for_status()
+    httpx.post(f"{batcher.url}/register", json=trainer_registration(batch_size=1, batch_fill="at_least")).raise_for_status()
     env = start_agent_env(service_factory, batcher, proxy, registry, dataset(tmp_path), "agents-claude", "claude-code",
                           1, "--claude-code-bin", claude_bin, "--agent-timeout-seconds", "300")
-    wait_until(lambda: "group dropped" in env.log(), timeout=600)
+    [group] = first_batch(batcher, timeout=600)
     assert env.terminate() == 0
     trial = trial_dirs(proxy, "agents-claude")[0]
     result = json.loads((trial / "result.json").read_text())
-    assert result["agent"]["name"] == "claude-code" and result["status"] == "agent_error" and result["reward"] is None
-    assert (trial / "verifier" / "reward.txt").read_text().strip() == "0"  # judged anyway, kept for inspection only
+    assert result["agent"]["name"] == "claude-code" and result["status"] == "ok" and result["reward"] == 0.0
+    assert result["agent"]["run"]["exit_code"] != 0  # claude-code gave up; the verdict still scored it
     assert "output token maximum" in (trial / "agent" / "stdout.txt").read_text()  # claude-code's own verdict
-    assert httpx.get(f"{batcher.url}/status").json()["queue_size"] == 0  # nothing posted for it
 
     from rlstack.envs.agent.assemble import assemble
 
     calls = read_trajectory(trial)
     first = calls[0]
-    # claude-code's tools and system prompt, as cut by claude_code_agent's flags (26,885 tokens without them)
-    assert first.api == "anthropic" and 500 < len(first.prompt_token_ids) < 5_000
-    assembly = assemble(calls)
-    assert result["trajectory"]["calls"] == assembly.calls == len(calls)
-    # After each cut claude-code sends the cut reply back with "Output token limit hit. Resume...":
-    # the same conversation, whose random-text reply re-tokenises differently: breaks, not merges.
-    assert result["trajectory"]["thread_breaks"] == assembly.thread_breaks >= 1
+    assert first.api == "anthropic" and len(calls) >= 2
     assert "Output token limit hit" in calls[-1].request["messages"][-1]["content"][0]["text"]
-    sequence = assembly.sequences[0]
-    completion = first.choices[0].completion_token_ids
-    assert sequence.tokens == first.prompt_token_ids + completion
-    assert [t for t, m in zip(sequence.tokens, sequence.masks) if m != MASKED] == completion
+    for before, after in zip(calls, calls[1:], strict=False):
+        exact = before.prompt_token_ids + before.choices[0].completion_token_ids
+        assert after.splice is not None and after.splice.onto == before.request_id
+        assert after.prompt_token_ids[: len(exact)] == exact
+    assembly = assemble(calls)
+    assert result["trajectory"]["thread_breaks"] == assembly.thread_breaks == 0
+    assert result["trajectory"]["spliced_calls"] == len(calls) - 1 and assembly.merge_share == 1.0
+    # The posted row is the whole conversation: vLLM's prompt ids, and exactly its completions trained.
+    assert group["scores"] == [0.0] and len(group["tokens"]) == 1
+    assert group["tokens"][0] == calls[-1].prompt_token_ids + calls[-1].choices[0].completion_token_ids
+    generated = [t for c in calls for t in c.choices[0].completion_token_ids]
+    assert [t for t, m in zip(group["tokens"][0], group["masks"][0]) if m != MASKED] == generated
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     assert TASK.joinpath("instruction.md").read_text().strip() in tokenizer.decode(first.prompt_token_ids)
     atif = json.loads((trial / "agent" / "trajectory.json").read_text())
