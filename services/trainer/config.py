@@ -79,6 +79,8 @@ class TrainerSettings(ServiceSettings):
     eval_url: HttpUrl | None = None
     """An env server whose POST /evaluate gives its held-out score (greedy accuracy; an agent env's
     pass rate) before the first and after the last step."""
+    eval_token: SecretStr | None = None
+    """Bearer token of that env server's POST /evaluate (its --auth-token); ``rlstack up`` sets it."""
     eval_every: int | None = Field(default=None, ge=1)
     """Also evaluate every this many steps (on the weights just published), into evals.jsonl."""
     steps: int = Field(default=60, ge=1)

@@ -21,6 +21,7 @@ import httpx
 import torch
 from pydantic import BaseModel
 
+from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient
 from rlstack.common.contracts.atropos import TrainerRegistration
 from rlstack.trainer import checkpoint
@@ -162,7 +163,7 @@ class TrainingLoop:
         async with httpx.AsyncClient(timeout=600) as client:
             for _ in range(300):  # the env server starts after the trainer is ready
                 try:
-                    r = await client.post(url)
+                    r = await client.post(url, headers=bearer(self.s.eval_token))
                     if r.status_code == 200:
                         return EvalResult.model_validate(r.json())
                     if 400 <= r.status_code < 500:  # the env answered: it has nothing to evaluate (say why once)

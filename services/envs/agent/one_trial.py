@@ -145,13 +145,15 @@ def run_one(req: TrialRequest) -> TrialReport:
     trials_dir = req.trials_dir or run_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     supervisor = None
-    proxy_url, registry_url = req.proxy_url, None
+    proxy_url, secret = req.proxy_url, req.trial_key_secret or _secret_from_env()
     try:
         if req.calls_model and not proxy_url:
             supervisor = Supervisor(stack_config(req, trials_dir, run_dir), run_dir)
             supervisor.start_all()
-            proxy_url, registry_url = supervisor.running["proxy"].url, supervisor.running["registry"].url
-        report = asyncio.run(_trial(req, task, trials_dir, proxy_url, registry_url))
+            proxy_url = supervisor.running["proxy"].url
+            if supervisor.tokens is not None:  # the stack's proxy checks trial keys signed with its run's secret
+                secret = SecretStr(supervisor.tokens.trial_key_secret)
+        report = asyncio.run(_trial(req, task, trials_dir, proxy_url, secret))
     finally:
         if supervisor is not None:
             supervisor.stop_all()
@@ -160,21 +162,24 @@ def run_one(req: TrialRequest) -> TrialReport:
     return report
 
 
+def _secret_from_env() -> SecretStr | None:
+    value = os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    return SecretStr(value) if value else None
+
+
 async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_url: str | None,
-                 registry_url: str | None) -> TrialReport:
+                 secret: SecretStr | None) -> TrialReport:
     from rlstack.envs.agent.runner import AgentEnvRunner, AgentMetrics, HarborTasks
     from rlstack.envs.runner import EnvMetrics
 
-    secret = req.trial_key_secret or (SecretStr(os.environ["RLSTACK_PROXY_TRIAL_KEY_SECRET"])
-                                      if os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET") else None)
     fields: dict = {"agent_command": req.agent_command} if req.agent_command else {}
     if proxy_url:  # oracle and nop call no model: the env's default address is never dialled
         fields["proxy_url"] = proxy_url
     if req.agent in ("builtin", "claude-code") and not req.agent_command:
         fields["agent"] = req.agent
-    settings = EnvSettings(task="harbor", tasks_dir=task.path, run_id=req.run, name="trial",
-                           registry_url=registry_url, trial_key_secret=secret, trials_dir=trials_dir, group_size=1,
-                           max_concurrent_trials=1, agent_max_turns=req.max_turns, max_tokens=req.max_tokens,
+    # No registry: one trial needs no weight version, and its token limit is not checked (nothing is posted).
+    settings = EnvSettings(task="harbor", tasks_dir=task.path, run_id=req.run, name="trial", trial_key_secret=secret,
+                           trials_dir=trials_dir, group_size=1, max_concurrent_trials=1, agent_max_turns=req.max_turns, max_tokens=req.max_tokens,
                            temperature=req.temperature, agent_timeout_seconds=req.agent_timeout_seconds,
                            trial_retries=0, **fields)
     metrics = CollectorRegistry()
