@@ -19,8 +19,8 @@ if the agent changed it, the history is the agent's, not the policy's, and is no
 
 A call that continues no head starts a thread of its own: a side call or a sub-agent (another
 system prompt), or a history the agent really changed (compaction, an edited turn). The
-latter is told apart by its rendering starting with a thread's *first* rendering, and
-counted as ``history_edited``.
+latter is told apart by its setting (the same system prompt and tools as a thread of the
+trial), and counted as ``history_edited``.
 """
 
 from __future__ import annotations
@@ -71,9 +71,8 @@ class Head:
     """``reply_key`` of what the policy answered."""
     request_key: bytes = b""
     """``messages_key`` of the head's request (the same request again is a retry)."""
-    root_messages: int = 0
-    root_key: bytes = b""
-    """The thread's first request's messages, as ``messages_key`` (a request that starts with them continues the conversation)."""
+    setting: bytes = b""
+    """``setting_key`` of the thread's requests: its system prompt and tools."""
 
 
 @dataclass
@@ -130,11 +129,15 @@ class ThreadTable:
                     return True
         return False
 
-    def starts_like(self, trial: str, messages: Sequence[dict[str, Any]]) -> bool:
-        """The request begins as one of the trial's threads began: same conversation, history changed since."""
+    def starts_like(self, trial: str, messages: Sequence[dict[str, Any]], tools: Any = None) -> bool:
+        """The request has one of the trial's threads' system prompt and tools but continues none of
+        them: the agent rewrote that conversation's history (a compaction's summary, an edited turn).
+        A side call or a sub-agent comes with a system prompt of its own."""
         state = self.trials.get(trial)
-        return state is not None and any(
-            0 < h.root_messages <= len(messages) and messages_key(messages[: h.root_messages]) == h.root_key for h in state.heads)
+        if state is None:
+            return False
+        setting = setting_key(messages, tools)
+        return any(h.setting == setting for h in state.heads)
 
     def plan(self, trial: str, rendered: Sequence[int], messages: Sequence[dict[str, Any]] | None = None,
              turn_end: int | None = None) -> Plan:
@@ -180,7 +183,7 @@ class ThreadTable:
 
     def record(self, trial: str, request_id: str, rendered: Sequence[int], plan: Plan, completion: Sequence[int],
                finish_reason: str | None, eos_stop: bool, messages: Sequence[dict[str, Any]] = (),
-               reply: dict[str, Any] | None = None) -> None:
+               reply: dict[str, Any] | None = None, tools: Any = None) -> None:
         """A call answered: it becomes the head of its thread (replacing the head it continued)."""
         state = self.trials.get(trial)
         if state is None:
@@ -192,15 +195,11 @@ class ThreadTable:
             self.turn_ends.add(turn_end)
         arr = ids_array(rendered)
         parent = plan.parent
-        request_key = messages_key(messages)
-        if parent:
-            root_len, root_fp, root_messages, root_key = parent.root_len, parent.root_fp, parent.root_messages, parent.root_key
-        else:
-            root_len, root_fp, root_messages, root_key = len(arr), fingerprint(arr, len(arr)), len(messages), request_key
+        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (len(arr), fingerprint(arr, len(arr)))
         head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)),
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
-                    request_key=request_key, root_messages=root_messages, root_key=root_key)
+                    request_key=messages_key(messages), setting=setting_key(messages, tools))
         if parent is not None and plan.splice is not None and not plan.splice.retry and parent in state.heads:
             state.heads.remove(parent)
         state.heads.append(head)
@@ -240,6 +239,16 @@ def reply_key(message: dict[str, Any]) -> str:
 
 def messages_key(messages: Sequence[dict[str, Any]]) -> bytes:
     return hashlib.blake2b(json.dumps(list(messages), sort_keys=True, default=str).encode(), digest_size=16).digest()
+
+
+def setting_key(messages: Sequence[dict[str, Any]], tools: Any) -> bytes:
+    """A conversation's setting: its leading system messages and its tools."""
+    system = []
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            break
+        system.append(message)
+    return hashlib.blake2b(json.dumps([system, tools], sort_keys=True, default=str).encode(), digest_size=16).digest()
 
 
 def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:

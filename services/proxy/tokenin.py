@@ -112,7 +112,7 @@ class TokenInUpstream:
             if not self.threads.may_continue(trial, messages):  # a first call, a side call or an edited history
                 answer = await self._post(f"{base}/v1/chat/completions", raw)
                 prompt = answer.get("prompt_token_ids") or []
-                edited = self.threads.starts_like(trial, messages)
+                edited = self.threads.starts_like(trial, messages, body.get("tools"))
                 self._remember(trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
                                body, answer, eos_stop=_eos_stop(answer))
                 return _json(answer)
@@ -156,7 +156,7 @@ class TokenInUpstream:
         choice = choices[0]
         self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
                             choice.get("finish_reason"), eos_stop, messages=body.get("messages") or [],
-                            reply=choice.get("message") or {})
+                            reply=choice.get("message") or {}, tools=body.get("tools"))
         if call_id:
             self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment)
             while len(self.outcomes) > MAX_OUTCOMES:

@@ -69,10 +69,13 @@ def test_a_reply_that_comes_back_reserialised_is_spliced_and_an_edited_reply_is_
     assert table.plan("t", rendered, [*MESSAGES, echoed, tool]).splice is not None
     summary = {"role": "assistant", "content": "Summary of the work so far."}
     assert not table.may_continue("t", [*MESSAGES, summary, tool]) and table.starts_like("t", [*MESSAGES, summary, tool])
+    # After a compaction the history is a summary in place of the first user turn: same setting.
+    assert table.starts_like("t", [MESSAGES[0], {"role": "user", "content": "Summary: ..."}])
     edited = table.plan("t", rendered, [*MESSAGES, summary, tool])
     assert edited.splice is None and edited.segment == "history_edited" and edited.prompt == rendered
     assert table.may_continue("t", MESSAGES)  # the same request again: a retry
     assert not table.starts_like("t", [{"role": "system", "content": "a sub-agent"}, {"role": "user", "content": "u"}])
+    assert not table.starts_like("t", MESSAGES, tools=[{"type": "function", "function": {"name": "other"}}])
 
 
 def test_a_side_call_is_a_new_thread() -> None:
