@@ -149,7 +149,7 @@ run kubectl -n "$namespace" exec "$tools_pod" -- cat "/data/runs/${release}/summ
 
 log "an agent sandbox reaches the policy through the proxy (its NetworkPolicy allows nothing else)"
 served="$(capture policy sh -c "helm get values '$release' -n '$namespace' --all -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)[\"model\"][\"servedName\"])'")"
-secret_b64="$(capture c2VjcmV0 kubectl -n "$namespace" get secret rlstack-auth -o 'jsonpath={.data.trial-key-secret}')"
+secret_b64="$(capture c2VjcmV0 kubectl -n "$namespace" get secret "${full}-auth" -o 'jsonpath={.data.trial-key-secret}')"
 trial_secret="$(printf '%s' "$secret_b64" | base64 -d)"
 ping_agent='import os, httpx
 r = httpx.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", timeout=300,

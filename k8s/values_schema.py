@@ -141,6 +141,8 @@ def schema() -> J:
             }),
             "trainer": component({
                 "workload": enum("Job", "Deployment", desc="Job frees the GPU when the run ends"),
+                "runId": s("the training run: a new value starts a new run", pattern="^([a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?)?$"),
+                "kueue": obj({"queueName": s("Kueue LocalQueue of the trainer Job")}),
                 "backoffLimit": i(0), "gpus": i(0),
                 "nodes": i(1, desc="trainer pods, one per node; more than 1: an Indexed Job (workload Job, RWX storage)"),
                 "shmSize": QUANTITY,

@@ -22,6 +22,8 @@ def workloads(objects: list[dict]) -> dict[str, dict]:
     """Pod templates of the services (Deployments, and the trainer when it is a Job), by component."""
     out = {}
     for o in by_kind(objects, "Deployment") + by_kind(objects, "Job"):
+        if "helm.sh/hook" in o["metadata"].get("annotations", {}):
+            continue  # the auth Secret's one-time hook, not a service
         template = o["spec"]["template"]
         if template["spec"]["containers"][0]["command"][:2] == ["python3", "-m"]:
             out[template["metadata"]["labels"]["app.kubernetes.io/component"]] = template
@@ -53,6 +55,9 @@ def test_every_service_selects_a_deployment_and_its_ports_exist(rendered):
         assert len(targets) == 1, svc["metadata"]["name"]
         ports = {p["name"]: p["containerPort"] for p in targets[0]["spec"]["containers"][0]["ports"]}
         for port in svc["spec"]["ports"]:
+            if svc["metadata"]["name"] == "rl-rlstack-eval":  # the trainer's stable alias of the first env server
+                assert port["port"] == 80 and port["targetPort"] in ports
+                continue
             assert ports[port["targetPort"]] == port["port"]
 
 
@@ -99,8 +104,8 @@ def test_gpu_values_request_gpus_and_inference_waits_for_the_model(rendered):
 
 def test_secrets_are_referenced_never_inlined(rendered):
     values, objects = rendered
-    # Only the auth Secret, and only where the values ask the chart to create it (the kind values).
-    assert [s["metadata"]["name"] for s in by_kind(objects, "Secret")] == (["rlstack-auth"] if "kind" in values or "cpu" in values else [])
+    # No Secret object at all: with auth.create (the kind values) a hook makes the release's own once.
+    assert by_kind(objects, "Secret") == []
     for d in by_kind(objects, "Deployment") + by_kind(objects, "Job"):
         for e in d["spec"]["template"]["spec"]["containers"][0]["env"]:
             if e["name"].endswith(("_TOKEN", "_SECRET")):  # not MAX_TOKENS
@@ -111,7 +116,8 @@ def test_rbac_is_namespaced_and_bound_only_to_the_sandbox_manager_and_registry(r
     """What each Role grants is compared with the client code's calls in test_rbac_matches_client."""
     _, objects = rendered
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
-    assert {r["metadata"]["name"] for r in by_kind(objects, "Role")} == {"rl-rlstack-sandbox-manager", "rl-rlstack-registry"}
+    hooks = {"rl-rlstack-auth-init"} if "kind" in rendered[0] or "cpu" in rendered[0] else set()  # auth.create: the Secret's hook
+    assert {r["metadata"]["name"] for r in by_kind(objects, "Role")} == {"rl-rlstack-sandbox-manager", "rl-rlstack-registry"} | hooks
     assert all(rule["apiGroups"] == [""] for r in by_kind(objects, "Role") for rule in r["rules"])
     deployments = {name: pod["spec"] for name, pod in workloads(objects).items()}
     envs = [name for name in deployments if name.startswith("env-")]
@@ -119,8 +125,11 @@ def test_rbac_is_namespaced_and_bound_only_to_the_sandbox_manager_and_registry(r
     assert deployments["registry"]["serviceAccountName"] == "rl-rlstack-registry"
     assert all(spec.get("automountServiceAccountToken") is False for name, spec in deployments.items()
                if name not in (*envs, "registry"))
-    others = [o["spec"]["template"]["spec"] for o in by_kind(objects, "Job")] + [o["spec"] for o in by_kind(objects, "Pod")]
+    others = [o["spec"]["template"]["spec"] for o in by_kind(objects, "Job") if o["metadata"]["name"] != "rl-rlstack-auth-init"]
+    others += [o["spec"] for o in by_kind(objects, "Pod")]
     assert others and all(spec["automountServiceAccountToken"] is False for spec in others)  # model Job, trainer Job, helm test
+    for hook in [o for o in by_kind(objects, "Job") if o["metadata"]["name"] == "rl-rlstack-auth-init"]:
+        assert hook["spec"]["template"]["spec"]["serviceAccountName"] == "rl-rlstack-auth-init"  # its own hook-scoped account
 
 
 def test_network_policies_select_what_they_claim(rendered):

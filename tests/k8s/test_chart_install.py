@@ -41,15 +41,16 @@ def test_model_job_downloads_from_the_hub_and_loaders_wait_for_its_marker():
     pod = model_job(objs)["spec"]["template"]
     env = {e["name"]: e for e in container(pod)["env"]}
     assert env["RLSTACK_MODEL_SOURCE"]["value"] == "hub" and env["RLSTACK_MODEL_HUB_ID"]["value"] == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert env["RLSTACK_MODEL_DIR"]["value"] == "/data/models/policy"
+    model_dir = env["RLSTACK_MODEL_DIR"]["value"]
+    assert model_dir.startswith("/data/models/policy-")  # one directory per source (test_upgrades.py)
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
     script = next(c for c in by_kind(objs, "ConfigMap") if c["metadata"]["name"].endswith("-model-fetch"))
     assert script["data"]["fetch_model.py"] == (CHART / "files" / "fetch_model.py").read_text().rstrip("\n")
     pods = workloads(objs)
     for name in ("inference", "trainer"):
         [wait] = pods[name]["spec"]["initContainers"]
-        assert wait["command"][-1] == "/data/models/policy/.rlstack-model.json"  # the marker fetch_model writes last
-        assert env_of(pods[name])[f"RLSTACK_{name.upper()}_MODEL"] == "/data/models/policy"
+        assert wait["command"][-1] == f"{model_dir}/.rlstack-model.json"  # the marker fetch_model writes last
+        assert env_of(pods[name])[f"RLSTACK_{name.upper()}_MODEL"] == model_dir
         assert wait["image"] == container(pods[name])["image"]  # no extra image to pull (kind: pullPolicy Never)
 
 
@@ -66,7 +67,7 @@ def test_cpu_values_copy_the_demo_model_from_the_kind_node_mount():
 def test_kind_gpu_values_name_a_model_something_provides():
     objs = objects(values="values-kind-gpu.yaml")
     env = env_of(model_job(objs)["spec"]["template"])
-    assert env["RLSTACK_MODEL_SOURCE"] == "hub" and env["RLSTACK_MODEL_DIR"] == "/data/models/Qwen2.5-0.5B-Instruct"
+    assert env["RLSTACK_MODEL_SOURCE"] == "hub" and env["RLSTACK_MODEL_DIR"].startswith("/data/models/Qwen2.5-0.5B-Instruct-")
 
 
 def test_model_source_none_renders_no_job_and_waits_for_the_config():
@@ -89,10 +90,13 @@ def test_fetch_model_copies_once_and_writes_the_marker_last(tmp_path):
     (source / "model.safetensors").write_text("changed")
     again = subprocess.run([sys.executable, str(CHART / "files" / "fetch_model.py")], env=env, capture_output=True, text=True)
     assert "already holds" in again.stdout and (dest / "model.safetensors").read_text() == "w"
-    (source / "config.json").unlink()
-    env["RLSTACK_MODEL_COPY_FROM"] = str(source) + "/"  # another source, and not a model: refused, old model kept
+    env["RLSTACK_MODEL_COPY_FROM"] = str(source) + "/"  # another source into a finished directory: refused, model kept
     bad = subprocess.run([sys.executable, str(CHART / "files" / "fetch_model.py")], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "config.json" in bad.stderr and (dest / "model.safetensors").exists()
+    assert bad.returncode != 0 and "never replaced" in bad.stderr and (dest / "model.safetensors").read_text() == "w"
+    (source / "config.json").unlink()
+    env["RLSTACK_MODEL_DIR"] = str(dest) + "-other"  # not a model: refused, nothing left in place
+    bad = subprocess.run([sys.executable, str(CHART / "files" / "fetch_model.py")], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "config.json" in bad.stderr and not (tmp_path / "volume" / "models" / "demo-other").exists()
 
 
 # --- item 2 / 3: python3, liveness on the sidecar, load timeout = startup window ---
@@ -170,11 +174,10 @@ def test_sandbox_label_is_the_one_the_code_sets_and_an_existing_account_is_only_
 def test_images_take_a_registry_prefix_and_the_chart_can_create_the_auth_secret():
     objs = objects("--set", "imageRegistry=registry.example.com/team/", "--set", "auth.create=true")
     assert container(workloads(objs)["inference"])["image"] == "registry.example.com/team/rlstack/vllm:0.1.0"
-    [secret] = by_kind(objs, "Secret")
-    assert set(secret["data"]) == {"service-token", "trial-key-secret"}
+    [hook] = [j for j in by_kind(objs, "Job") if j["metadata"]["name"] == "rl-rlstack-auth-init"]  # test_auth_secret.py
     refs = {e["valueFrom"]["secretKeyRef"]["name"] for pod in workloads(objs).values() for e in container(pod)["env"]
             if "secretKeyRef" in e.get("valueFrom", {})}
-    assert refs == {secret["metadata"]["name"]}
+    assert refs == {"rl-rlstack-auth"} and "rl-rlstack-auth" in container(hook["spec"]["template"])["command"]
     unnamed = helm("template", "rl", str(CHART), "--set", "auth.existingSecret=")
     assert unnamed.returncode != 0 and "auth.create=true" in unnamed.stderr
 
@@ -206,9 +209,8 @@ def test_trainer_is_a_job_that_exits_when_done_and_a_deployment_on_request():
     assert pod["spec"]["restartPolicy"] == "OnFailure" and env_of(pod)["RLSTACK_TRAINER_EXIT_WHEN_DONE"] == "true"
     assert container(pod)["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert job["metadata"]["name"] == job["metadata"]["name"][:63]
-    same = [j["metadata"]["name"] for j in by_kind(objects(), "Job")]
     changed = [j["metadata"]["name"] for j in by_kind(objects("--set", "trainer.env.RLSTACK_TRAINER_STEPS=5"), "Job")]
-    assert job["metadata"]["name"] in same and job["metadata"]["name"] not in changed  # immutable template: a new Job
+    assert job["metadata"]["name"] in changed  # the Job is the run, whatever its settings (test_upgrades.py)
     deployment = objects("--set", "trainer.workload=Deployment")
     trainer = next(d for d in by_kind(deployment, "Deployment") if d["metadata"]["name"].endswith("-trainer"))
     assert trainer["spec"]["strategy"] == {"type": "Recreate"}
@@ -218,7 +220,7 @@ def test_trainer_is_a_job_that_exits_when_done_and_a_deployment_on_request():
 # --- scheduling knobs, scale-out, helm test ---
 
 def test_scheduling_knobs_reach_every_pod_and_a_component_overrides_them():
-    objs = objects("--set", "podDefaults.priorityClassName=rl-batch", "--set", "podDefaults.podLabels.kueue\\.x-k8s\\.io/queue-name=team",
+    objs = objects("--set", "podDefaults.priorityClassName=rl-batch", "--set", "podDefaults.podLabels.team=rl",
                    "--set", "inference.runtimeClassName=nvidia", "--set", "inference.priorityClassName=rl-serving",
                    "--set", "podDefaults.extraEnv[0].name=HTTPS_PROXY", "--set", "podDefaults.extraEnv[0].value=http://proxy:3128",
                    "--set", "trainer.topologySpreadConstraints[0].maxSkew=1",
@@ -227,7 +229,7 @@ def test_scheduling_knobs_reach_every_pod_and_a_component_overrides_them():
                    "--set", "imagePullSecrets[0].name=regcred")
     pods = workloads(objs)
     for name, pod in pods.items():
-        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team"
+        assert pod["metadata"]["labels"]["team"] == "rl"
         assert pod["spec"]["priorityClassName"] == ("rl-serving" if name == "inference" else "rl-batch")
         assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
         assert env_of(pod)["HTTPS_PROXY"] == "http://proxy:3128"

@@ -2,9 +2,13 @@
 
 Run by the chart's model Job. Sources: the Hugging Face hub (``hub``: repo id, revision, token
 from $HF_TOKEN) or a mounted directory (``copy``: a node's hostPath or an existing claim). The
-model is written to a sibling ``.partial`` directory and renamed into place; the marker file,
-written last, is what the replicas' and trainer's init containers wait for. A marker naming
-the same source means the model is already there, so re-runs (upgrades) cost nothing.
+chart gives each source its own directory (``<model.path>-<hash of the source>``), so a new
+source is fetched beside the old one while running pods keep theirs. The model and its marker
+are written to a sibling ``.partial`` directory, which is renamed into place: the marker (what
+the replicas' and trainer's init containers wait for) appears with a complete model, never
+before. A finished directory is never replaced: the same source means nothing to do (re-runs and
+upgrades cost nothing), another source is refused. A directory without its marker was never
+loaded by anyone (an interrupted fetch) and is replaced.
 Standard library only, plus huggingface_hub (installed with transformers) for the hub.
 """
 
@@ -46,9 +50,13 @@ def main(env: dict[str, str] | None = None) -> int:
     dest = Path(env["RLSTACK_MODEL_DIR"])
     want = wanted(env)
     marker = dest / MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == want:
-        print(f"{dest}: already holds {want}")
-        return 0
+    if marker.is_file():
+        held = json.loads(marker.read_text())
+        if held == want:
+            print(f"{dest}: already holds {want}")
+            return 0
+        raise SystemExit(f"{dest} already holds {held}, not {want}: a finished model directory is never replaced "
+                         "(running pods may have it open); the chart names one directory per source")
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -56,9 +64,10 @@ def main(env: dict[str, str] | None = None) -> int:
     fetch(want, partial)
     if not (partial / "config.json").is_file():
         raise SystemExit(f"{want} holds no config.json: not a Hugging Face model directory")
-    shutil.rmtree(dest, ignore_errors=True)
+    (partial / MARKER).write_text(json.dumps(want))
+    if dest.exists():  # no marker: an interrupted fetch nobody loaded (pods wait for the marker)
+        shutil.rmtree(dest)
     partial.rename(dest)
-    marker.write_text(json.dumps(want))
     print(f"{dest}: ready", flush=True)
     return 0
 

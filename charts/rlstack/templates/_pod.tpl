@@ -6,7 +6,8 @@ volumes and mounts are the union of both. Parameters (a dict):
   root, component, module, image (a key of .Values.images), spec (the component's values),
   env (rendered YAML list), extraPorts (list of {name, port}), serviceAccountName, gpus,
   initContainers (rendered YAML list), volumes / volumeMounts (rendered YAML lists),
-  restartPolicy, probes (false: none, for run-to-completion pods), command (a list replacing
+  stableLabels (true: no chart or app version label, for a Job's immutable template that must
+  outlive chart upgrades), restartPolicy, probes (false: none, for run-to-completion pods), command (a list replacing
   `python3 -m <module>`), subdomain (a headless Service's name: stable pod DNS names), and
   indexedProbes (seconds of startup window: only the Indexed Job pod of index 0 serves the port;
   the others' probes pass).
@@ -18,7 +19,11 @@ volumes and mounts are the union of both. Parameters (a dict):
 {{- $ctx := dict "root" $root "component" .component -}}
 metadata:
   labels:
+    {{- if .stableLabels }}
+    {{- include "rlstack.stableLabels" $ctx | nindent 4 }}
+    {{- else }}
     {{- include "rlstack.labels" $ctx | nindent 4 }}
+    {{- end }}
     {{- with merge (dict) (default dict $spec.podLabels) $d.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -172,7 +177,7 @@ With model.source.type=none it waits for config.json, i.e. for whoever copies th
 */}}
 {{- define "rlstack.waitForModel" -}}
 {{- $root := .root -}}
-{{- $file := ternary (printf "%s/config.json" $root.Values.model.path) (include "rlstack.modelMarker" $root) (eq $root.Values.model.source.type "none") -}}
+{{- $file := ternary (printf "%s/config.json" (include "rlstack.modelDir" $root)) (include "rlstack.modelMarker" $root) (eq $root.Values.model.source.type "none") -}}
 - name: wait-for-model
   image: {{ include "rlstack.image" (dict "root" $root "image" .image) }}
   imagePullPolicy: {{ (index $root.Values.images .image).pullPolicy }}

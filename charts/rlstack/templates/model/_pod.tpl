@@ -35,7 +35,7 @@ spec:
         - name: HOME
           value: /tmp
         - name: RLSTACK_MODEL_DIR
-          value: {{ .Values.model.path | quote }}
+          value: {{ include "rlstack.modelDir" . | quote }}
         {{- if eq $s.type "hub" }}
         - name: RLSTACK_MODEL_SOURCE
           value: hub
