@@ -49,7 +49,9 @@ class ClaudeCodeDemoSpec(BaseModel):
     """How often each captured conversation is repeated in the tokenizer's corpus."""
     max_position_embeddings: int = Field(default=4096, ge=512)
     """claude-code's conversations are ~1k tokens in this tokenizer; vLLM serves this context."""
-    steps: int = Field(default=150, ge=0)
+    steps: int = Field(default=70, ge=0)
+    """Short on purpose: measured on this corpus, 60 steps solve no task of the four training families and
+    150 solve nearly all; in between the policy is sometimes right, which is where GRPO has signal."""
     batch_size: int = Field(default=8, ge=1)
     lr: float = Field(default=1e-3, gt=0)
     max_seconds: float = Field(default=480, gt=0)
