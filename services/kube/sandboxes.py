@@ -2,9 +2,12 @@
 
 The manager runs inside an env server's pod. Its sandboxes name that pod as owner, so the
 garbage collector removes them when the env server goes; the reaper removes finished ones and
-any that outlive a TTL while it lives. Every call here is one the chart's sandbox-manager Role
-grants (create/get/list/watch/delete pods) and nothing more: the chart tests
-replay this code against an API emulator and compare.
+any that outlive a TTL while it lives. Sandboxes may live in a namespace of their own (the
+chart's ``sandboxes.namespace``, Pod Security ``restricted``): an owner reference cannot cross
+namespaces (the garbage collector would take the owner for gone and delete the pod at once), so
+there the owner is a label and the reaper also deletes the pods of env servers that are gone.
+Every call here is one the chart's sandbox-manager Roles grant (create/get/list/watch/delete
+pods) and nothing more: the chart tests replay this code against an API emulator and compare.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 LABEL_VALUE = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
 FINISHED = ("Succeeded", "Failed")
 LOCKED_DOWN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+OWNER_UID_LABEL = "rlstack.dev/owner-uid"
+OWNER_NAME_ANNOTATION = "rlstack.dev/owner-name"
 
 
 class SandboxGone(RuntimeError):
@@ -93,6 +98,16 @@ class SandboxPodSecurity(BaseSettings):
         return user, group
 
 
+class SandboxPlacement(BaseSettings):
+    """Where the env server itself runs (``RLSTACK_SANDBOX_*``; the chart sets it from the downward API)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLSTACK_SANDBOX_", extra="ignore")
+
+    owner_namespace: str | None = None
+    """The env server's own namespace. Sandboxes elsewhere carry their owner as a label, not an
+    owner reference, which cannot cross namespaces."""
+
+
 class SandboxOutcome(BaseModel):
     name: str
     phase: str
@@ -104,13 +119,16 @@ class SandboxManager:
     def __init__(self, client: AsyncClient, namespace: str, run: str, *, run_label: str = "harbor-run",
                  trial_label: str = "harbor-trial", owner: SandboxOwner | None = None,
                  ttl_seconds: float = 7200, finished_grace_seconds: float = 300,
-                 pod_security: SandboxPodSecurity | None = None) -> None:
+                 pod_security: SandboxPodSecurity | None = None, placement: SandboxPlacement | None = None) -> None:
         if not re.match(LABEL_VALUE, run):
             raise ValueError(f"run {run!r} is not a valid label value")
         self.client, self.namespace, self.run = client, namespace, run
         self.pod_security = pod_security if pod_security is not None else SandboxPodSecurity()
         """Given, or read from ``RLSTACK_SANDBOX_POD_*`` (the chart's ``sandboxes.pod``)."""
         self.run_label, self.trial_label, self.owner = run_label, trial_label, owner
+        self.owner_namespace = (placement if placement is not None else SandboxPlacement()).owner_namespace
+        self.cross_namespace = owner is not None and self.owner_namespace not in (None, namespace)
+        """Sandboxes in another namespace than their env server: owned through a label."""
         self.ttl_seconds, self.finished_grace_seconds = ttl_seconds, finished_grace_seconds
 
     def pod_name(self, trial: str) -> str:
@@ -125,7 +143,11 @@ class SandboxManager:
         meta: dict = {"name": self.pod_name(spec.trial), "namespace": self.namespace,
                       "labels": {self.run_label: self.run, self.trial_label: spec.trial,
                                  "app.kubernetes.io/component": "sandbox", "app.kubernetes.io/managed-by": "rlstack"}}
-        if self.owner is not None:
+        if self.cross_namespace:
+            meta["labels"][OWNER_UID_LABEL] = self.owner.uid
+            # No controller can own it here: tell the cluster-autoscaler it may evict it (a trial is retried).
+            meta["annotations"] = {OWNER_NAME_ANNOTATION: self.owner.name, "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}
+        elif self.owner is not None:
             # controller: true, or drains refuse the pod and the cluster-autoscaler never empties its node.
             # No blockOwnerDeletion: setting it needs update on the owner's finalizers, which we do not grant.
             meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner.name, "uid": self.owner.uid,
@@ -214,7 +236,7 @@ class SandboxManager:
         pods = [p async for p in self.client.list(Pod, namespace=self.namespace, labels={self.run_label: self.run})]
         if self.owner is None:
             return pods
-        return [p for p in pods if any(ref.uid == self.owner.uid for ref in p.metadata.ownerReferences or [])]
+        return [p for p in pods if owner_uid(p) == self.owner.uid]
 
     async def reap(self, now: datetime | None = None) -> list[str]:
         """Delete this manager's sandboxes that finished a grace period ago or outlived the TTL."""
@@ -227,8 +249,27 @@ class SandboxManager:
             if age > self.ttl_seconds or (done_for is not None and done_for > self.finished_grace_seconds):
                 if await self.delete(pod.metadata.name):
                     reaped.append(pod.metadata.name)
+        if self.cross_namespace:
+            reaped += await self.reap_orphans()
         if reaped:
             log.info("reaped %d sandbox pod(s): %s", len(reaped), ", ".join(reaped[:5]))
+        return reaped
+
+    async def reap_orphans(self) -> list[str]:
+        """In a sandbox namespace, the garbage collector's part: delete the run's sandboxes whose env
+        server pod is gone (deleted, or replaced under the same name)."""
+        owners: dict[str, bool] = {}
+        reaped = []
+        for pod in [p async for p in self.client.list(Pod, namespace=self.namespace, labels={self.run_label: self.run})]:
+            uid = (pod.metadata.labels or {}).get(OWNER_UID_LABEL)
+            name = (pod.metadata.annotations or {}).get(OWNER_NAME_ANNOTATION)
+            if not uid or not name or uid == self.owner.uid:
+                continue
+            if uid not in owners:
+                owner = await self._get(name, self.owner_namespace)
+                owners[uid] = owner is not None and owner.metadata.uid == uid
+            if not owners[uid] and await self.delete(pod.metadata.name):
+                reaped.append(pod.metadata.name)
         return reaped
 
     async def reap_forever(self, interval_seconds: float) -> None:
@@ -239,13 +280,21 @@ class SandboxManager:
                 log.exception("sandbox reaping failed")
             await asyncio.sleep(interval_seconds)
 
-    async def _get(self, name: str) -> Pod | None:
+    async def _get(self, name: str, namespace: str | None = None) -> Pod | None:
         try:
-            return await self.client.get(Pod, name, namespace=self.namespace)
+            return await self.client.get(Pod, name, namespace=namespace or self.namespace)
         except ApiError as exc:
             if exc.status.code == 404:
                 return None
             raise
+
+
+def owner_uid(pod: Pod) -> str | None:
+    """The env server pod a sandbox belongs to: its owner reference, or in a sandbox namespace its label."""
+    for ref in pod.metadata.ownerReferences or []:
+        if ref.kind == "Pod":
+            return ref.uid
+    return (pod.metadata.labels or {}).get(OWNER_UID_LABEL)
 
 
 def outcome(pod: Pod) -> SandboxOutcome:

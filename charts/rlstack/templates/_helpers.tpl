@@ -94,6 +94,22 @@ app.kubernetes.io/part-of: rlstack
 {{- end -}}
 {{- end -}}
 
+{{/* Where sandbox pods run: sandboxes.namespace.name, else the release's namespace. */}}
+{{- define "rlstack.sandboxNamespace" -}}
+{{- default .Release.Namespace .Values.sandboxes.namespace.name -}}
+{{- end -}}
+
+{{/* The claim sandbox pods mount: the shared one in the release's namespace, or in a sandbox
+     namespace an existing claim there or the chart's own, bound to a volume on the same storage. */}}
+{{- define "rlstack.sandboxClaimName" -}}
+{{- $ns := .Values.sandboxes.namespace -}}
+{{- if not $ns.name -}}
+{{- include "rlstack.claimName" . -}}
+{{- else -}}
+{{- default (printf "%s-trials" (include "rlstack.fullname" .)) $ns.claim.existingClaim -}}
+{{- end -}}
+{{- end -}}
+
 {{/* GPUs one inference pod requests: tensor x pipeline parallel (data parallel is `replicas`). */}}
 {{- define "rlstack.inferenceGpus" -}}
 {{- $v := .Values.inference -}}
@@ -160,6 +176,14 @@ app.kubernetes.io/part-of: rlstack
 {{- end -}}
 {{- if gt (len (include "rlstack.runName" .)) 63 -}}
 {{- fail (printf "trainer.runId: the run's name %s is longer than 63 characters (a label value): shorten the release name or the runId" (include "rlstack.runName" .)) -}}
+{{- end -}}
+{{- with $v.sandboxes.namespace }}
+{{- if and .name (eq .name $.Release.Namespace) -}}
+{{- fail "sandboxes.namespace.name: the release's own namespace; leave it empty for that" -}}
+{{- end -}}
+{{- if and .name (not .claim.existingClaim) (not .claim.volumeSource) -}}
+{{- fail "sandboxes.namespace.claim: sandbox pods in another namespace need their own claim on the shared storage: name an existing one there (existingClaim), or give the volume's source (volumeSource, e.g. {nfs: {server, path}} or {csi: {driver, volumeHandle}}) for the chart to make a PersistentVolume and claim" -}}
+{{- end -}}
 {{- end -}}
 {{- $sync := get (default dict $v.trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
 {{- if and (eq $sync "ipc") (gt (int $v.inference.replicas) 0) -}}
