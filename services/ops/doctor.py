@@ -207,6 +207,74 @@ def judge_sandboxes(pods: list[Pod], stuck_after_s: float, leaked_after_s: float
     return Check("sandbox pods", True, detail)
 
 
+BLOCK_PROVISIONERS = ("ebs.csi.aws.com", "kubernetes.io/aws-ebs", "pd.csi.storage.gke.io", "kubernetes.io/gce-pd",
+                      "disk.csi.azure.com", "kubernetes.io/azure-disk", "rancher.io/local-path", "kubernetes.io/cinder",
+                      "cinder.csi.openstack.org", "kubernetes.io/no-provisioner", "topolvm.io")
+"""Provisioners of block devices: ReadWriteOnce only, so a ReadWriteMany claim on them never binds."""
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def check_claims(c: DoctorConfig, now: datetime | None = None) -> Check | None:
+    """The namespace's claims (with cluster access, i.e. --run-prefix): one Pending for long says
+    why, usually ReadWriteMany asked of the default class, a block class that cannot give it."""
+    if c.run_prefix is None:
+        return None
+    from lightkube.core.exceptions import ApiError
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+    from lightkube.resources.storage_v1 import StorageClass
+
+    from rlstack.kube.connection import connect
+
+    async def fetch() -> tuple[list, list | None]:
+        client = connect(c.kube_api_url, c.namespace)
+        try:
+            claims = [x async for x in client.list(PersistentVolumeClaim, namespace=c.namespace or client.namespace)]
+            try:
+                classes = [x async for x in client.list(StorageClass)]
+            except ApiError:  # reading cluster-scoped classes may be forbidden: judge without them
+                classes = None
+            return claims, classes
+        finally:
+            await client.close()
+
+    try:
+        claims, classes = asyncio.run(fetch())
+    except Exception as exc:  # noqa: BLE001 - no kubeconfig, refused, forbidden
+        return Check("volume claims", False, f"{type(exc).__name__}: {str(exc)[:160]}", "cannot list claims: kubeconfig, API server URL or RBAC")
+    return judge_claims(claims, classes, c.stuck_after_s, now or datetime.now(UTC))
+
+
+def judge_claims(claims: list, classes: list | None, pending_after_s: float, now: datetime) -> Check:
+    by_name = {sc.metadata.name: sc for sc in classes or []}
+    default = next((sc for sc in classes or [] if (sc.metadata.annotations or {}).get(DEFAULT_CLASS) == "true"), None)
+    stuck = []
+    for pvc in claims:
+        phase = pvc.status.phase if pvc.status else None
+        if phase != "Pending" or (now - pvc.metadata.creationTimestamp).total_seconds() < pending_after_s:
+            continue
+        name, wanted = pvc.metadata.name, pvc.spec.storageClassName
+        sc = by_name.get(wanted) if wanted else default
+        rwx = "ReadWriteMany" in (pvc.spec.accessModes or [])
+        if classes is not None and not wanted and wanted != "" and default is None:
+            why = "no storage class named and the cluster has no default: set sharedStorage.storageClass"
+        elif classes is not None and wanted and sc is None:
+            why = f"storage class {wanted!r} does not exist (kubectl get storageclass)"
+        elif rwx and sc is not None and sc.provisioner in BLOCK_PROVISIONERS:
+            why = (f"ReadWriteMany asked of class {sc.metadata.name!r} ({sc.provisioner}), a block class that gives ReadWriteOnce "
+                   "only: set sharedStorage.storageClass to a ReadWriteMany class (EFS, Filestore, Azure Files, NFS, CephFS)")
+        elif rwx and wanted is None:
+            why = "ReadWriteMany asked of the default class, which usually cannot give it: name a ReadWriteMany class (sharedStorage.storageClass)"
+        elif sc is not None and sc.volumeBindingMode == "WaitForFirstConsumer":
+            why = "its class binds only once a pod using it is scheduled: look at why those pods are Pending"
+        else:
+            why = f"kubectl describe pvc {name}: its events name the provisioner's error"
+        stuck.append(f"{name}: {why}")
+    detail = f"{len(claims)} claim(s), {len(stuck)} pending for over {pending_after_s:.0f}s"
+    if stuck:
+        return Check("volume claims", False, detail, "; ".join(stuck[:3]))
+    return Check("volume claims", True, detail)
+
+
 PROBE = """
 import socket, sys
 try:
@@ -269,5 +337,5 @@ def check_network_policies(c: DoctorConfig) -> Check | None:
 def run_checks(c: DoctorConfig) -> list[Check]:
     with httpx.Client(timeout=c.timeout_s) as client:
         checks = [check_proxy_alive(c, client), check_ping(c, client), check_replicas(c, client), check_batcher(c, client)]
-    checks += [x for x in (check_gpus(), check_sandboxes(c), check_network_policies(c)) if x is not None]
+    checks += [x for x in (check_gpus(), check_claims(c), check_sandboxes(c), check_network_policies(c)) if x is not None]
     return checks
