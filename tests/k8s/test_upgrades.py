@@ -145,3 +145,13 @@ def test_rwx_storage_needs_a_named_class():
         assert helm("template", "rl", str(CHART), *ok).returncode == 0, ok
     [claim] = by_kind(objects("--set", "sharedStorage.storageClass=efs-sc"), "PersistentVolumeClaim")
     assert claim["spec"]["storageClassName"] == "efs-sc" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_notes_say_how_to_start_a_run_and_where_a_pending_claim_is_explained():
+    notes = helm("install", "rl", str(CHART), "--dry-run", "--namespace", "rl", "--set", "auth.create=true",
+                 "--set", "sharedStorage.storageClass=efs-sc", "--set", "trainer.runId=r2").stdout
+    assert "It is run rl-r2" in notes and "A new training run: --set trainer.runId=<new id>" in notes
+    assert "asks ReadWriteMany of class efs-sc" in notes and "rlstack doctor --run-prefix rl-r2" in notes
+    one_node = helm("install", "rl", str(CHART), "--dry-run", "--namespace", "rl", "--set", "auth.create=true",
+                    "--set", "sharedStorage.accessMode=ReadWriteOnce").stdout
+    assert "asks ReadWriteMany" not in one_node and "must land on one node" in one_node
