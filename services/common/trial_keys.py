@@ -61,7 +61,7 @@ def mint(secret: str, run: str, trial: str, ttl_seconds: float = DEFAULT_TTL_SEC
 
 
 def verify(secret: str, key: str, now: float | None = None) -> TrialIdentity:
-    if not key.startswith(PREFIX) or key.count(".") != 1:
+    if not key.isascii() or not key.startswith(PREFIX) or key.count(".") != 1:  # compare_digest raises on non-ASCII
         raise InvalidTrialKey("not a trial key")
     payload, signature = key[len(PREFIX):].split(".")
     if not hmac.compare_digest(signature, _sign(secret, payload)):

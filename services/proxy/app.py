@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from fastapi import HTTPException
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rlstack.common.auth import bearer
+from rlstack.common.body_guard import BodyGuard
 from rlstack.common.contracts.trajectory import read_trajectory
 from rlstack.common.contracts.trial_end import TrialEnd, end_token_ok
 from rlstack.common.logs import configure_logging
@@ -35,7 +37,7 @@ from rlstack.common.trial_keys import PATH_PREFIX, mint
 from rlstack.proxy.auth import TrialAuth
 from rlstack.proxy.config import ProxySettings
 from rlstack.proxy.discovery import Discovery, ReplicaView
-from rlstack.proxy.front import FrontMiddleware
+from rlstack.proxy.front import FrontMiddleware, Refused
 from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
 from rlstack.proxy.metrics import ProxyMetrics
 from rlstack.proxy.tokenin import TokenInUpstream
@@ -69,7 +71,7 @@ class ProxyApp:
         self.auth = TrialAuth(secret)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
-                                     stream_shim=settings.stream_mode == "shim")
+                                     stream_shim=settings.stream_mode == "shim", authorize=self._authorize)
         self.warm = False
         self.supervisor = Supervisor("proxy", settings.failure_exit_delay_seconds)
         self.ops = Starlette(routes=[
@@ -80,7 +82,9 @@ class ProxyApp:
         self.state = self.ops.state  # run_service reads the exit code from state.supervisor
         self.state.supervisor = self.supervisor
         self.metrics.replicas_ready.set_function(lambda: float(len(self.view.endpoints)))
-        self.asgi = RequestLatencyMiddleware(self._dispatch, registry=self.registry, service="proxy")
+        # Bounded, timely bodies for every route (LiteLLM's own set no limit): gzip inflated at most to
+        # the limit, a body shorter than its length a 408, a lone surrogate escape a 422.
+        self.asgi = RequestLatencyMiddleware(BodyGuard(self._dispatch), registry=self.registry, service="proxy")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.asgi(scope, receive, send)
@@ -90,6 +94,13 @@ class ProxyApp:
             await self.ops(scope, receive, send)
         else:
             await self.front(scope, receive, send)
+
+    def _authorize(self, key: str, path_trial: str | None) -> None:
+        """The front layer's check of a model call's trial key: TrialAuth's, as LiteLLM runs it after."""
+        try:
+            self.auth.identify(key, path_trial)
+        except HTTPException as exc:
+            raise Refused(exc.status_code, str(exc.detail)) from None
 
     def _apply(self, deployments: list[dict], fallbacks: list[dict]) -> None:
         router = self.proxy_server.llm_router
@@ -172,7 +183,7 @@ class ProxyApp:
         """The env's signal that a trial is over: wait for its calls' records, flush, forget its threads, answer them."""
         run, trial = request.path_params["run"], request.path_params["trial"]
         presented = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not end_token_ok(self.auth.secret, run, trial, presented):
+        if not presented.isascii() or not end_token_ok(self.auth.secret, run, trial, presented):
             return JSONResponse({"error": {"message": "authorization: not this trial's end token", "param": "authorization"}},
                                 status_code=401)
         in_flight = await self.hooks.wait_logged(run, trial, END_WAIT_SECONDS)

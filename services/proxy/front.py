@@ -1,8 +1,10 @@
 """The ASGI layer in front of LiteLLM: trial path prefixes, model names, max_tokens clamping,
 count_tokens, and streaming by way of one non-streaming upstream call.
 
-Everything that needs the request body in the client's own format happens here, once; auth,
-routing, Anthropic<->OpenAI translation, retries and logging stay LiteLLM's.
+Everything that needs the request body in the client's own format happens here, once: a model
+call's trial key is checked before its body is read (count_tokens, answered here, never reaches
+LiteLLM's auth), and its body's shape before LiteLLM translates it (``bodies``). Routing,
+Anthropic<->OpenAI translation, retries and logging stay LiteLLM's; LiteLLM checks the key again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlstack.common.auth import bearer
 from rlstack.common.trial_keys import PATH_PREFIX
+from rlstack.proxy.bodies import problem
 from rlstack.proxy.sse import anthropic_events, loads, openai_chunks
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,16 @@ COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
 TRIAL_HEADER = "x-rlstack-trial"
 REQUESTED_MODEL_HEADER = "x-rlstack-requested-model"
 CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
+KEY_HEADERS = ("authorization", "x-api-key", "x-litellm-api-key", "api-key")
+"""Where clients put a key (OpenAI SDKs, Anthropic SDKs and claude-code, LiteLLM's own, Azure's)."""
+
+
+class Refused(Exception):
+    """What ``authorize`` raises for a key that may not make this call (401) or not on this path (403)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 class FrontError(Exception):
@@ -38,7 +51,8 @@ class FrontError(Exception):
 
     def body(self) -> bytes:
         if self.anthropic:
-            kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}.get(self.status, "api_error")
+            kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error"}.get(self.status, "api_error")
             return orjson.dumps({"type": "error", "error": {"type": kind, "message": self.message}})
         return orjson.dumps({"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.status}})
 
@@ -54,7 +68,10 @@ class FrontMiddleware:
         replica_api_key: str | None,
         max_tokens_cap: int | None = None,
         stream_shim: bool = True,
+        authorize: Callable[[str, str | None], None] | None = None,
     ) -> None:
+        self.authorize = authorize
+        """(key, ``run/trial`` of the path prefix or None) -> None, or raises ``Refused``."""
         self.max_tokens_cap = max_tokens_cap
         self.stream_shim = stream_shim
         self.app = app
@@ -83,9 +100,11 @@ class FrontMiddleware:
             await self.app(scope, receive, send)
             return
         anthropic = path not in CHAT_PATHS
+        kind = "chat" if not anthropic else "count_tokens" if path in COUNT_PATHS else "messages"
         try:
+            self._authorize(headers, anthropic)
             raw = await _read_body(receive)
-            body = self._parse(raw, anthropic)
+            body = self._parse(raw, kind)
             requested = body["model"]
             body["model"] = self.served_model
             headers[REQUESTED_MODEL_HEADER] = requested[:200]
@@ -126,7 +145,23 @@ class FrontMiddleware:
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    def _parse(self, raw: bytes, anthropic: bool) -> dict[str, Any]:
+    def _authorize(self, headers: MutableHeaders, anthropic: bool) -> None:
+        """Any key header that names this trial will do (LiteLLM, checking again, picks its own)."""
+        if self.authorize is None:
+            return
+        keys = [headers[h] for h in KEY_HEADERS if headers.get(h)] or [""]
+        refusals = []
+        for key in keys:
+            try:
+                self.authorize(key, headers.get(TRIAL_HEADER))
+                return
+            except Refused as exc:
+                refusals.append(exc)
+        worst = max(refusals, key=lambda r: r.status)  # another trial's path (403) says more than a bad key
+        raise FrontError(worst.status, worst.message, "authorization", anthropic)
+
+    def _parse(self, raw: bytes, kind: str) -> dict[str, Any]:
+        anthropic = kind != "chat"
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -139,6 +174,9 @@ class FrontMiddleware:
         if not self._serves(model):
             served = [self.served_model, f"hosted_vllm/{self.served_model}", "claude-*"]
             raise FrontError(404, f"model: {model!r} is not served here; served models: {served}", "model", anthropic)
+        bad = problem(body, kind)  # type: ignore[arg-type]
+        if bad is not None:
+            raise FrontError(400, bad[1], bad[0], anthropic)
         return body
 
     def _serves(self, model: str) -> bool:
@@ -151,21 +189,29 @@ class FrontMiddleware:
         if anthropic:
             keys = ("model", "messages", "system", "tools", "tool_choice", "thinking")
             request = {k: body[k] for k in keys if k in body}
-            reply = await self.client.post(f"{urls[0]}/v1/messages/count_tokens", json=request, headers=self.replica_headers)
+            reply = await self._replica_post(f"{urls[0]}/v1/messages/count_tokens", request, anthropic)
             if reply.status_code != 200:
                 raise FrontError(reply.status_code if reply.status_code < 500 else 502, f"count_tokens: {reply.text[:300]}", None, anthropic)
             return int(reply.json()["input_tokens"])
         request = {k: body[k] for k in ("model", "messages", "tools", "chat_template_kwargs") if k in body}
-        reply = await self.client.post(f"{urls[0]}/tokenize", json={**request, "add_generation_prompt": True}, headers=self.replica_headers)
+        reply = await self._replica_post(f"{urls[0]}/tokenize", {**request, "add_generation_prompt": True}, anthropic)
         if reply.status_code != 200:
             raise FrontError(reply.status_code if reply.status_code < 500 else 502, f"tokenize: {reply.text[:300]}", "messages", anthropic)
         return int(reply.json()["count"])
+
+    async def _replica_post(self, url: str, request: dict[str, Any], anthropic: bool) -> httpx.Response:
+        try:
+            return await self.client.post(url, json=request, headers=self.replica_headers)
+        except httpx.TransportError as exc:  # gone since discovery last looked: like no replica at all
+            raise FrontError(503, f"no inference replica answered ({type(exc).__name__}); retry shortly", None, anthropic) from None
 
     async def _clamp(self, body: dict[str, Any], raw: bytes, anthropic: bool) -> None:
         """Shrink max_tokens to what the context leaves after the prompt, instead of a vLLM 400."""
         field = "max_tokens" if anthropic or "max_completion_tokens" not in body else "max_completion_tokens"
         requested = body.get(field)
         context = self.max_context()
+        if requested is None and self.max_tokens_cap is not None:
+            body[field] = requested = self.max_tokens_cap  # the cap bounds calls that name no limit too
         if not isinstance(requested, int):
             return
         if self.max_tokens_cap is not None and requested > self.max_tokens_cap:

@@ -9,6 +9,7 @@ request that caused it. Bounded: example counts and timeouts, no shrinking datab
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ class FuzzReport:
     calls: int = 0
     findings: list[Finding] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    """How many answers of each status: a fuzz every request of which is refused tests little."""
 
 
 def fuzz(openapi: dict, base_url: str, *, examples: int = 25, timeout: float = 10.0, skip: Iterable[str] = (),
@@ -71,6 +74,7 @@ def _run(operation, mode, label, base_url, examples, timeout, allowed_5xx, heade
             report.findings.append(Finding(label, mode.value, _describe(case), None, f"connection failed: {exc}"))
             return
         status = response.status_code
+        report.statuses[status] += 1
         if status >= 500 and not allowed_5xx(operation.path, status):
             report.findings.append(Finding(label, mode.value, _describe(case), status, response.text))
 

@@ -11,6 +11,8 @@ from starlette.routing import Route
 
 from rlstack.proxy.front import FrontMiddleware
 
+MESSAGES = [{"role": "user", "content": "hi"}]
+
 
 async def echo(request: Request) -> JSONResponse:
     """Fake upstream (stands in for LiteLLM): echoes what the front layer passed on."""
@@ -33,7 +35,7 @@ def test_every_alias_reaches_upstream_as_the_served_name(requested):
 
     async def go():
         async with client() as c:
-            return await c.post("/v1/chat/completions", json={"model": requested, "messages": []})
+            return await c.post("/v1/chat/completions", json={"model": requested, "messages": MESSAGES, "max_tokens": 8})
 
     r = asyncio.run(go())
     assert r.json()["seen"]["model"] == "policy" and r.json()["requested"] == requested
@@ -44,8 +46,8 @@ def test_trial_prefix_is_stripped_and_spoofed_header_dropped():
 
     async def go():
         async with client() as c:
-            a = await c.post("/trials/run-a/t-1/v1/messages", json={"model": "claude-x", "messages": []})
-            b = await c.post("/v1/messages", json={"model": "claude-x", "messages": []}, headers={"x-rlstack-trial": "evil/x"})
+            a = await c.post("/trials/run-a/t-1/v1/messages", json={"model": "claude-x", "messages": MESSAGES, "max_tokens": 8})
+            b = await c.post("/v1/messages", json={"model": "claude-x", "messages": MESSAGES, "max_tokens": 8}, headers={"x-rlstack-trial": "evil/x"})
             return a, b
 
     a, b = asyncio.run(go())
@@ -58,6 +60,6 @@ def test_cap_applies_without_a_tokenizer_round_trip():
 
     async def go():
         async with client(cap=64) as c:
-            return await c.post("/v1/chat/completions", json={"model": "policy", "messages": [], "max_tokens": 32000})
+            return await c.post("/v1/chat/completions", json={"model": "policy", "messages": MESSAGES, "max_tokens": 32000})
 
     assert asyncio.run(go()).json()["seen"]["max_tokens"] == 64

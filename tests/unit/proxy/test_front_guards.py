@@ -1,0 +1,123 @@
+"""What the front layer refuses before LiteLLM sees a call: requests the proxy fuzz found turning
+into 500s (wrong shapes LiteLLM's translation raised on), calls without a trial key (count_tokens
+answered them), calls with no max_tokens under a cap (generated to the full context), a replica
+gone mid-call. On a stand-in app: no LiteLLM, no replica."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rlstack.common.trial_keys import InvalidTrialKey, mint, verify
+from rlstack.proxy.bodies import problem
+from rlstack.proxy.front import FrontMiddleware, Refused
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+CHAT = {"model": "policy", "messages": MESSAGES, "max_tokens": 8}
+ANTHROPIC = {"model": "claude-sonnet-4-5", "messages": MESSAGES, "max_tokens": 8}
+
+
+async def echo(request: Request) -> JSONResponse:
+    """Stands in for LiteLLM: echoes what the front layer passed on."""
+    return JSONResponse({"seen": json.loads(await request.body())})
+
+
+def call(path: str, body: dict | bytes, headers: dict | None = None, cap: int | None = None,
+         authorize=None, replicas=("http://127.0.0.1:9",)) -> httpx.Response:  # noqa: ANN001
+    inner = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/messages")])
+    app = FrontMiddleware(inner, "policy", lambda: list(replicas), lambda: 32768, 16, None, max_tokens_cap=cap, authorize=authorize)
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front") as client:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            return await client.post(path, content=content, headers={"content-type": "application/json", **(headers or {})})
+
+    return asyncio.run(go())
+
+
+# Each of these came back from LiteLLM as a 500 in the proxy fuzz.
+FOUND = [
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": 5e-324}]}, "messages.0.content"),
+    ("/v1/chat/completions", {**CHAT, "stop": [[1], {}]}, "stop.0"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": "yes"}, "stream_options"),  # raised in the front layer itself
+    ("/v1/messages", {**ANTHROPIC, "messages": [None]}, "messages.0"),
+    ("/v1/messages", {**ANTHROPIC, "messages": [[[]]]}, "messages.0"),
+    ("/v1/messages", {**ANTHROPIC, "tools": [[None]]}, "tools.0"),
+    ("/v1/messages", {**ANTHROPIC, "tools": "1e999"}, "tools"),
+    ("/v1/messages", {**ANTHROPIC, "tool_choice": {"name": "bash"}}, "tool_choice.type"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), FOUND)
+def test_wrong_shapes_are_a_400_naming_the_field(path, body, field):
+    r = call(path, body)
+    assert r.status_code == 400, r.text
+    if path == "/v1/messages":
+        assert r.json()["type"] == "error" and r.json()["error"]["message"].startswith(f"{field}:")
+    else:
+        assert r.json()["error"]["param"] == field and r.json()["error"]["message"].startswith(f"{field}:")
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    ({"model": "p", "messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "ok"}]}], "future_field": {"x": 1}}, "chat"),
+    ({"model": "claude-x", "max_tokens": 8, "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+                   {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                                                     {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                                                {"type": "some_future_block"}]}],
+      "tools": [{"name": "bash", "input_schema": {"type": "object"}}, {"type": "web_search_20250305", "name": "web_search"}],
+      "tool_choice": {"type": "auto"}, "thinking": {"type": "enabled", "budget_tokens": 1024}, "context_management": {}}, "messages"),
+    ({"model": "claude-x", "messages": [{"role": "user", "content": "q"}]}, "count_tokens"),
+])
+def test_what_clients_send_passes(body, kind):
+    assert problem(body, kind) is None
+
+
+def test_a_call_without_max_tokens_gets_the_cap():
+    """It was sent on without one: vLLM generated up to the whole context (the fuzz's hang)."""
+    assert call("/v1/chat/completions", {"model": "policy", "messages": MESSAGES}, cap=64).json()["seen"]["max_tokens"] == 64
+    assert "max_tokens" not in call("/v1/chat/completions", {"model": "policy", "messages": MESSAGES}).json()["seen"]
+
+
+def authorize(key: str, path_trial: str | None) -> None:
+    secret = "s"
+    try:
+        identity = verify(secret, key.removeprefix("Bearer ").strip())
+    except InvalidTrialKey as exc:
+        raise Refused(401, f"api key: {exc}") from None
+    if path_trial and path_trial != f"{identity.run}/{identity.trial}":
+        raise Refused(403, "path names another trial")
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"])
+def test_model_calls_need_a_trial_key_before_anything_is_read(path):
+    body = CHAT if path.endswith("completions") else ANTHROPIC
+    assert call(path, body, authorize=authorize).status_code == 401
+    assert call(path, b"{not json", {"authorization": "Bearer rlst_x.y"}, authorize=authorize).status_code == 401
+    assert call(f"/trials/r/other{path}", body, {"x-api-key": mint("s", "r", "t")}, authorize=authorize).status_code == 403
+    good = call(f"/trials/r/t{path}", body, {"authorization": "Bearer junk", "x-api-key": mint("s", "r", "t")}, authorize=authorize)
+    assert good.status_code != 401 and good.status_code != 403  # count_tokens: 503, its replica is a closed port
+
+
+def test_a_replica_gone_while_counting_tokens_is_a_503_not_a_500():
+    r = call("/v1/messages/count_tokens", ANTHROPIC)  # the only replica is a closed port
+    assert r.status_code == 503 and r.headers["retry-after"] == "2"
+    r = call("/v1/chat/completions", {**CHAT, "max_tokens": 32760})  # past the context: the prompt is counted first
+    assert r.status_code == 503 and "no inference replica answered" in r.json()["error"]["message"]
+
+
+def test_a_key_with_non_ascii_characters_is_invalid_not_an_error():
+    key = mint("s", "r", "t")
+    for bad in (key + "\u00e9", key.replace(".", "\u00ff.")):
+        with pytest.raises(InvalidTrialKey):
+            verify("s", bad)
