@@ -120,6 +120,20 @@ def wrong_typed_route(checker: Checker, key: str, path: str, base: dict) -> None
     one()
 
 
+def continued_conversations(checker: Checker, key: str) -> None:
+    """Follow-ups of a real answer (token-in splices these onto the thread's exact ids), one field made hostile."""
+    r = checker.post(prefixed(TRIAL, CHAT), orjson.dumps(GOOD_CHAT), key, what="first turn")
+    assert r is not None and r.status_code == 200, r and r.text
+    reply = {k: v for k, v in r.json()["choices"][0]["message"].items() if k in ("role", "content", "tool_calls") and v}
+    follow = {**GOOD_CHAT, "messages": [*GOOD_CHAT["messages"], reply, {"role": "user", "content": "And 3 + 3?"}]}
+    wrong_typed_route(checker, key, prefixed(TRIAL, CHAT), follow)
+    r = checker.post(prefixed(TRIAL, MESSAGES), orjson.dumps(GOOD_MESSAGES), key, what="first turn")
+    assert r is not None and r.status_code == 200, r and r.text
+    turn = {"role": "assistant", "content": r.json()["content"] or [{"type": "text", "text": ""}]}
+    follow = {**GOOD_MESSAGES, "messages": [*GOOD_MESSAGES["messages"], turn, {"role": "user", "content": "And 3 + 3?"}]}
+    wrong_typed_route(checker, key, prefixed(TRIAL, MESSAGES), follow)
+
+
 def hostile_bytes(checker: Checker, key: str) -> dict[tuple[str, str], int]:
     statuses = {}
     for route, base in ((CHAT, GOOD_CHAT), (MESSAGES, GOOD_MESSAGES), (COUNT, GOOD_MESSAGES)):
@@ -190,6 +204,7 @@ def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica):
 
     reports = schema_fuzz(proxy.url, key)
     wrong_typed(checker, key)
+    continued_conversations(checker, key)
     raw = hostile_bytes(checker, key)
     problems = oversized_and_short_bodies(proxy.url, key)
     keyed = hostile_headers_and_keys(checker, proxy.trials_dir, key)

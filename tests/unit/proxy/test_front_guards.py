@@ -109,6 +109,12 @@ def test_model_calls_need_a_trial_key_before_anything_is_read(path):
     assert good.status_code != 401 and good.status_code != 403  # count_tokens: 503, its replica is a closed port
 
 
+def test_no_replica_ready_is_the_one_documented_5xx():
+    for path, body in (("/v1/chat/completions", CHAT), ("/v1/messages", ANTHROPIC), ("/v1/messages/count_tokens", ANTHROPIC)):
+        r = call(path, body, replicas=())
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and "no inference replica is ready" in r.text
+
+
 def test_a_replica_gone_while_counting_tokens_is_a_503_not_a_500():
     r = call("/v1/messages/count_tokens", ANTHROPIC)  # the only replica is a closed port
     assert r.status_code == 503 and r.headers["retry-after"] == "2"
