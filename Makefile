@@ -114,13 +114,15 @@ run: setup
 # then GRPO on trials of the built-in agent in bubblewrap sandboxes (docs/agent-trials.md).
 # AGENT=claude-code: the real claude-code CLI instead of the built-in agent (docs/agent-trials.md).
 AGENT ?= builtin
+# SEED=N seeds the env server's task order and the trainer (a run per seed: runs/agent-*).
+SEED ?= 0
 run-agent: setup setup-sandbox $(if $(filter claude-code,$(AGENT)),setup-claude-code)
 ifeq ($(AGENT),claude-code)
 	$(VENV)/bin/rlstack make-claude-code-demo --out models/claude-code-demo --tasks-out data/claude-code-tasks
-	$(VENV)/bin/rlstack up examples/local-agent-claude-code.yaml
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-claude-code.yaml
 else
 	$(VENV)/bin/rlstack make-agent-demo --out models/agent-demo --tasks-out data/agent-tasks
-	$(VENV)/bin/rlstack up examples/local-agent.yaml
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent.yaml
 endif
 
 # kind cluster with GPU nodes (CPU=1: without), images, helm install, a short run, the health
