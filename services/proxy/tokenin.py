@@ -16,6 +16,7 @@ token, so a sandbox that finds the port cannot write into a trial's threads.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import socket
@@ -95,7 +96,7 @@ class TokenInUpstream:
         self.threads.end(trial)
 
     async def chat(self, request: web.Request) -> web.Response:
-        if request.headers.get("authorization", "") != f"Bearer {self.token}":
+        if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}"):
             return _error(401, "this listener answers the proxy's own router only")
         endpoint = self.view.endpoints.get(request.match_info["replica"])
         if endpoint is None:  # worded so the failure hook drops the deployment at once
