@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     ccd.add_argument("--task-seed", type=int, default=1)
     ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
     ccd.add_argument("--steps", type=int, default=70)
-    ccd.add_argument("--max-seconds", type=float, default=480)
+    ccd.add_argument("--max-seconds", type=float, default=1800)
     ccd.add_argument("--seed", type=int, default=0)
     ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
     ccd.set_defaults(func=cmd_make_claude_code_demo)
