@@ -49,6 +49,7 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
     "arithmetic": frozenset({"difficulty", "max_operand", "format_reward"}),
     "gsm8k": frozenset({"dataset_path"}),
     "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries",
+                         "eval_temperature", "eval_samples",
                          "trial_sequences"}),
 }
 """Settings that mean something for one task only; setting one for another task is a mistake worth an error.
@@ -95,6 +96,11 @@ class EnvSettings(ServiceSettings):
     heldout_size: int | None = Field(default=None, ge=0)
     """Problems (harbor: tasks of the dataset) kept out of training and answered by POST /evaluate.
     Unset: 64 for single-turn tasks, 0 for ``harbor`` (a dataset is small; say how many to hold out)."""
+    eval_temperature: float = Field(default=0.0, ge=0)
+    """harbor, built-in agent: sampling temperature of POST /evaluate's trials (0: greedy; the
+    training ``temperature`` measures the policy as it samples)."""
+    eval_samples: int = Field(default=1, ge=1, le=64)
+    """harbor: trials per held-out task in POST /evaluate; the pass rate is over all of them."""
     tasks_dir: Path | None = None
     """harbor: a Harbor dataset (a directory of task directories)."""
     agent: Literal["builtin", "claude-code", "command"] = "builtin"

@@ -50,6 +50,8 @@ class EvalResult(BaseModel):
     weight_version: int | None = None
     reward_mean: float | None = None
     """Agent envs: mean reward of the held-out trials that finished ``ok``."""
+    trials: int | None = None
+    """Agent envs: held-out trials run (``eval_samples`` per task)."""
     statuses: dict[str, int] | None = None
     """Agent envs: how the held-out trials ended (``ok``, ``agent_error``, ...)."""
 

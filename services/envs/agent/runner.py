@@ -314,25 +314,32 @@ class AgentEnvRunner(EnvRunner):
         """One trial outside any group (``rlstack trial``): run, its logged calls, assembly, result.json."""
         return await self._trial(task, trial, 1, agent)
 
+    def eval_agent(self) -> AgentSpec:
+        """The built-in agent at ``eval_temperature``; any other agent as it trains."""
+        if self.agent.name != "builtin":
+            return self.agent
+        return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
+                                         temperature=self.s.eval_temperature))
+
     async def evaluate(self) -> dict:
-        """Pass rate on the held-out tasks: one trial each (the built-in agent sampling greedily,
-        any other agent as configured). A trial passes when it ends ``ok`` with reward 1; one that
-        does not finish does not pass, and ``statuses`` says how each ended."""
+        """Pass rate on the held-out tasks: ``eval_samples`` trials each (the built-in agent at
+        ``eval_temperature``, any other agent as configured). A trial passes when it ends ``ok``
+        with reward 1; one that does not finish does not pass, and ``statuses`` says how each ended."""
         held = self.task.heldout()
         if not held:
             raise NoHeldOutTasks("no held-out tasks: start the env with --heldout-size N to keep N tasks for evaluation")
         version = await self.weight_version()
-        agent = self.agent
-        if agent.name == "builtin":
-            agent = builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens, temperature=0.0))
+        agent = self.eval_agent()
         number = next(self.evaluations)
+        runs = [task for task in held for _ in range(self.s.eval_samples)]
         outcomes = await asyncio.gather(*(self._trial(task, f"{self.s.name}-eval-{self.instance}-e{number}-t{i}", 1, agent)
-                                          for i, task in enumerate(held)))
+                                          for i, task in enumerate(runs)))
         rewards = [o.result.reward for o in outcomes if o.result.status == TrialStatus.OK and o.result.reward is not None]
         passed = sum(r >= 1.0 for r in rewards)
         statuses = collections.Counter(o.result.status.value for o in outcomes)
-        log.info("evaluation %d: %d of %d held-out tasks passed (%s)", number, passed, len(held), dict(statuses))
-        return {"accuracy": passed / len(held), "problems": len(held), "weight_version": version,
+        log.info("evaluation %d: %d of %d held-out trials passed (%d tasks; %s)", number, passed, len(runs), len(held),
+                 dict(statuses))
+        return {"accuracy": passed / len(runs), "problems": len(held), "trials": len(runs), "weight_version": version,
                 "reward_mean": sum(rewards) / len(rewards) if rewards else None, "statuses": dict(statuses)}
 
     def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict:

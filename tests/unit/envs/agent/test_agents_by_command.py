@@ -63,3 +63,9 @@ def test_a_command_agent_finds_the_proxy_in_both_dialects():
 def test_the_env_server_runs_the_command():
     r = runner(agent_command="true {instruction}")
     assert r.agent.name == "true" and r.agent.command == ["true", "{instruction}"]
+
+
+def test_evaluation_samples_the_builtin_agent_at_its_own_temperature():
+    assert runner().eval_agent().env["RLSTACK_AGENT_TEMPERATURE"] == "0.0"  # greedy unless asked
+    assert runner(eval_temperature=1.0, temperature=0.7).eval_agent().env["RLSTACK_AGENT_TEMPERATURE"] == "1.0"
+    assert runner(agent_command="true {instruction}").eval_agent().name == "true"  # other agents as they train
