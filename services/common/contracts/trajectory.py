@@ -103,7 +103,9 @@ def read_trajectory(trial_dir: Path) -> list[TrajectoryRecord]:
     """
     records: list[TrajectoryRecord] = []
     for path in trajectory_files(trial_dir):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        # Records end at "\n" alone: str.splitlines() also breaks at \x85 and \u2028, which JSON
+        # strings carry unescaped, and a record whose text held one was skipped as two torn lines.
+        for n, line in enumerate(path.read_text().split("\n"), 1):
             if not line.strip():
                 continue
             try:
