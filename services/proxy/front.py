@@ -32,6 +32,11 @@ COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
 TRIAL_HEADER = "x-rlstack-trial"
 REQUESTED_MODEL_HEADER = "x-rlstack-requested-model"
 CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
+OTHER_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/models"), ("GET", "/health/liveliness"), ("GET", "/health/liveness")})
+"""LiteLLM's routes let through besides the model calls. The rest (hundreds) are closed: with a
+trial key an agent reached /v1/completions or /v1/responses (each failure cooled the replica's
+deployment down for every trial), provider pass-throughs (/anthropic/... dialled api.anthropic.com)
+and management routes (500s); and /engines/<model>/... aliases skipped this layer's checks."""
 KEY_HEADERS = ("authorization", "x-api-key", "x-litellm-api-key", "api-key")
 """Where clients put a key (OpenAI SDKs, Anthropic SDKs and claude-code, LiteLLM's own, Azure's)."""
 
@@ -83,6 +88,9 @@ class FrontMiddleware:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # LiteLLM's realtime routes: closed like the rest
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -97,7 +105,12 @@ class FrontMiddleware:
             scope["raw_path"] = match["rest"].encode()
         path = scope["path"]
         if scope["method"] != "POST" or path not in CHAT_PATHS | MESSAGES_PATHS | COUNT_PATHS:
-            await self.app(scope, receive, send)
+            if (scope["method"], path) in OTHER_ROUTES:
+                await self.app(scope, receive, send)
+            else:
+                message = (f"{scope['method']} {path[:200]}: not served here; the proxy serves POST /v1/chat/completions, "
+                           "/v1/messages and /v1/messages/count_tokens (also under /trials/<run>/<trial>) and GET /v1/models")
+                await _respond(send, 404, FrontError(404, message, None, path.startswith(("/v1/messages", "/messages"))).body())
             return
         anthropic = path not in CHAT_PATHS
         kind = "chat" if not anthropic else "count_tokens" if path in COUNT_PATHS else "messages"

@@ -186,6 +186,20 @@ def short_body(url: str, key: str) -> list[str]:
     return problems
 
 
+LITELLM_ROUTES = ["/v1/completions", "/v1/responses", "/v1/embeddings", "/engines/policy/chat/completions",
+                  "/openai/deployments/policy/chat/completions", "/anthropic/v1/messages", "/key/generate", "/v1/realtime"]
+
+
+def litellm_routes(checker: Checker, key: str) -> list[int]:
+    """LiteLLM's other routes, with a good key and a good body, each three times (three failures
+    cooled the replica's deployment down for every trial): all closed."""
+    statuses = []
+    for path in LITELLM_ROUTES * 3:
+        r = checker.post(prefixed(TRIAL, path) if len(statuses) % 2 else path, orjson.dumps(GOOD_CHAT), key, what="LiteLLM route")
+        statuses.append(r.status_code if r is not None else 0)
+    return statuses
+
+
 def hostile_headers_and_keys(checker: Checker, trials_dir: Path, key: str) -> dict[str, list[int]]:
     """Headers never move a call to another trial; forged keys and another trial's path are refused."""
     statuses: dict[str, list[int]] = {"headers": [], "keys": [], "no key": [], "end": []}
@@ -224,6 +238,7 @@ def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica):
         raw = hostile_bytes(checker, key)
         problems = oversized_bodies(proxy.url, key) + held_open.result()
         keyed = hostile_headers_and_keys(checker, proxy.trials_dir, key)
+        closed = litellm_routes(checker, key)
 
     findings = [str(f) for report in reports for f in report.findings] + checker.findings
     assert all(report.calls > 0 for report in reports)
@@ -236,6 +251,7 @@ def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica):
     assert set(keyed["end"]) == {401}, keyed["end"]
     assert not records(proxy.trials_dir, "forged") and not (proxy.trials_dir / "victim-run").exists()
     assert set(keyed["headers"]) <= {200, 401}, keyed["headers"]  # 401: LiteLLM reads x-litellm-api-key first
+    assert set(closed) == {404}, dict(zip(LITELLM_ROUTES * 3, closed, strict=True))
     # What the JSON grammar forbids is a 4xx; gzip the client declares is read.
     for route in (CHAT, MESSAGES, COUNT):
         for what in ("lone high surrogate", "lone low surrogate", "NaN max_tokens", "deep nesting 5000", "invalid utf-8",

@@ -127,3 +127,25 @@ def test_a_key_with_non_ascii_characters_is_invalid_not_an_error():
     for bad in (key + "\u00e9", key.replace(".", "\u00ff.")):
         with pytest.raises(InvalidTrialKey):
             verify("s", bad)
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/completions"), ("POST", "/v1/responses"), ("POST", "/v1/embeddings"), ("POST", "/engines/policy/chat/completions"),
+    ("POST", "/openai/deployments/policy/chat/completions"), ("POST", "/anthropic/v1/messages"), ("POST", "/key/generate"),
+    ("GET", "/model/info"), ("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/v1/chat/completions"),
+    ("POST", "/trials/r/t/v1/completions"), ("POST", "/trials/r/t/anthropic/v1/messages"),
+])
+def test_litellm_routes_beyond_the_model_calls_are_closed(method, path):
+    """With a trial key these reached LiteLLM: untracked generation, a replica's deployment cooled
+    down for every trial by one failing call, pass-throughs to provider APIs, management routes."""
+    reached = []
+    inner = Starlette(routes=[Route(path.removeprefix("/trials/r/t"), lambda request: reached.append(1) or JSONResponse({}),
+                                    methods=[method])])
+    app = FrontMiddleware(inner, "policy", lambda: ["http://127.0.0.1:9"], lambda: 32768, 16, None)
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front") as client:
+            return await client.request(method, path, json=CHAT if method == "POST" else None)
+
+    r = asyncio.run(go())
+    assert r.status_code == 404 and "not served here" in r.text and not reached
