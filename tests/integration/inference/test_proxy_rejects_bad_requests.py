@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from rlstack.common.trial_keys import mint
+from tests.integration.inference.conftest import SECRET
 
 BODY = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
@@ -17,7 +20,7 @@ def post(proxy, path="/v1/chat/completions", key=None, headers=None, **kwargs):
 def test_missing_forged_and_expired_keys_are_401(proxy):
     assert post(proxy, json=BODY).status_code == 401
     assert post(proxy, json=BODY, key=mint("another-secret", "r", "t")).status_code == 401
-    expired = post(proxy, json=BODY, key=proxy.key("r", "t", ttl=-10))
+    expired = post(proxy, json=BODY, key=mint(SECRET, "r", "t", ttl_seconds=10, now=time.time() - 60))
     assert expired.status_code == 401 and "expired" in expired.text
 
 

@@ -29,8 +29,12 @@ def openai_turn(proxy, key: str, messages: list[dict], stream: bool) -> dict:
     if not stream:
         message = r.json()["choices"][0]["message"]
         return {k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v is not None}
-    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in sse_events(r.text) if c["choices"])
-    return {"role": "assistant", "content": text}
+    deltas = [c["choices"][0]["delta"] for c in sse_events(r.text) if c["choices"]]
+    message: dict = {"role": "assistant", "content": "".join(d.get("content") or "" for d in deltas)}
+    calls = [call for d in deltas for call in d.get("tool_calls") or []]
+    if calls:  # a random policy may emit the tool-call marker: send the call back as the client would
+        message["tool_calls"] = [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls]
+    return message
 
 
 def anthropic_turn(proxy, key: str, messages: list[dict], stream: bool) -> dict:
