@@ -45,6 +45,8 @@ class ClaudeCodeDemoSpec(BaseModel):
     capture_seed: int = 1000
     """Disjoint from the seed of the training tasks."""
     capture_concurrency: int = Field(default=4, ge=1)
+    tokenizer_prose_bytes: int = Field(default=4_000_000, ge=0)
+    """Standard-library prose in the tokenizer's corpus (the demo's 4 MB; a test's model needs less)."""
     tokenizer_weight: int = Field(default=10, ge=0)
     """How often each captured conversation is repeated in the tokenizer's corpus."""
     max_position_embeddings: int = Field(default=4096, ge=512)
@@ -86,7 +88,8 @@ def build_claude_code_demo(out: Path, capture_dir: Path, spec: ClaudeCodeDemoSpe
         raise RuntimeError(f"{capture_dir}: no complete claude-code conversation was captured")
     last = [t[-1] for t in threads]
     build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
-                     extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE)
+                     extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE,
+                     prose_bytes=spec.tokenizer_prose_bytes)
 
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)

@@ -32,7 +32,8 @@ class TinyModelSpec(BaseModel):
     seed: int = 0
 
 
-def train_tokenizer(vocab_size: int, extra_text: Iterable[str] = (), template: Path = TEMPLATE):
+def train_tokenizer(vocab_size: int, extra_text: Iterable[str] = (), template: Path = TEMPLATE,
+                    prose_bytes: int = 4_000_000):
     """BPE on ``corpus.training_corpus()`` plus ``extra_text`` (an agent's own requests, say)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -46,7 +47,7 @@ def train_tokenizer(vocab_size: int, extra_text: Iterable[str] = (), template: P
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(itertools.chain(training_corpus(), extra_text), trainer=trainer)
+    tok.train_from_iterator(itertools.chain(training_corpus(prose_bytes), extra_text), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         model_max_length=1 << 30, clean_up_tokenization_spaces=False,
@@ -62,14 +63,14 @@ def is_current(out: Path, template: Path = TEMPLATE) -> bool:
 
 
 def build_tiny_model(out: Path, spec: TinyModelSpec | None = None, extra_text: Iterable[str] = (),
-                     template: Path = TEMPLATE) -> Path:
+                     template: Path = TEMPLATE, prose_bytes: int = 4_000_000) -> Path:
     """Write tokenizer, config and random weights to ``out``; returns ``out``."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or TinyModelSpec()
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(spec.vocab_size, extra_text, template)
+    tokenizer = train_tokenizer(spec.vocab_size, extra_text, template, prose_bytes)
     tokenizer.save_pretrained(out)
     torch.manual_seed(spec.seed)
     config = Qwen2Config(

@@ -39,6 +39,7 @@ def demo_model(tmp_path_factory, claude_bin) -> tuple[Path, Path]:
     """Two tasks captured with the teacher, learnt by heart (the policy need not generalise here)."""
     root = tmp_path_factory.mktemp("cc-demo")
     spec = ClaudeCodeDemoSpec(capture_tasks=2, capture_concurrency=2, max_position_embeddings=32768, steps=120,
+                              tokenizer_prose_bytes=300_000,
                               batch_size=2, lr=3e-3, max_seconds=900)
     record = build_claude_code_demo(root / "model", root / "capture", spec, progress=False)
     assert record["conversations"] == 2 and record["thread_breaks"] == 0
