@@ -112,11 +112,9 @@ def cmd_make_demo_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_make_agent_demo(args: argparse.Namespace) -> int:
-    """The tiny model plus a warm start on tool-call transcripts, and the generated tasks it trains on."""
+def write_training_tasks(args: argparse.Namespace) -> None:
+    """The generated tasks a demo agent trains on (``--tasks-out``), unless they are there already."""
     from rlstack.envs.harbor.make_tasks import generate, write_readme, write_task
-    from rlstack.modelkit.agent_warm_start import AgentWarmStartSpec, agent_warm_start
-    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
 
     if not (args.tasks_out / "README.md").exists() or args.force:
         tasks = generate(args.tasks, args.task_seed, tuple(args.families.split(",")))
@@ -125,6 +123,14 @@ def cmd_make_agent_demo(args: argparse.Namespace) -> int:
             write_task(spec, args.tasks_out)
         write_readme(tasks, args.tasks_out)
         log.info("%d training tasks written to %s", len(tasks), args.tasks_out)
+
+
+def cmd_make_agent_demo(args: argparse.Namespace) -> int:
+    """The tiny model plus a warm start on tool-call transcripts, and the generated tasks it trains on."""
+    from rlstack.modelkit.agent_warm_start import AgentWarmStartSpec, agent_warm_start
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+
+    write_training_tasks(args)
     if is_current(args.out) and (args.out / "rlstack-agent-warm-start.json").exists() and not args.force:
         log.info("%s already holds the agent demo model (use --force to rebuild)", args.out)
         return 0
@@ -137,16 +143,9 @@ def cmd_make_agent_demo(args: argparse.Namespace) -> int:
 def cmd_make_claude_code_demo(args: argparse.Namespace) -> int:
     """The tiny model warm-started on claude-code's own requests (captured through the proxy with the
     scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=claude-code` trains."""
-    from rlstack.envs.harbor.make_tasks import generate, write_readme, write_task
     from rlstack.modelkit import claude_code_demo as demo
 
-    if not (args.tasks_out / "README.md").exists() or args.force:
-        tasks = generate(args.tasks, args.task_seed, tuple(args.families.split(",")))
-        args.tasks_out.mkdir(parents=True, exist_ok=True)
-        for spec in tasks:
-            write_task(spec, args.tasks_out)
-        write_readme(tasks, args.tasks_out)
-        log.info("%d training tasks written to %s", len(tasks), args.tasks_out)
+    write_training_tasks(args)
     if demo.is_built(args.out) and not args.force:
         log.info("%s already holds the claude-code demo model (use --force to rebuild)", args.out)
         return 0

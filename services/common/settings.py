@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, SecretStr
 from pydantic_settings import (
@@ -97,3 +97,14 @@ class ServiceSettings(BaseSettings):
     def dump_json(self) -> str:
         """Resolved settings with secrets masked, for --dry-run and startup logs."""
         return self.model_dump_json(indent=2)
+
+
+def fold_served_model(settings: Any) -> Any:
+    """Moves the old ``served_model`` onto ``served_model_name`` (the one name now); both set and
+    different is a mistake worth naming."""
+    old = getattr(settings, "served_model", None)
+    if old is not None:
+        if "served_model_name" in settings.model_fields_set and settings.served_model_name != old:
+            raise ValueError(f"served_model: the old name of served_model_name, which says {settings.served_model_name!r}")
+        settings.served_model_name, settings.served_model = old, None
+    return settings

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_va
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN
-from rlstack.common.settings import ServiceSettings
+from rlstack.common.settings import ServiceSettings, fold_served_model
 
 
 class ArithmeticSpec(BaseModel):
@@ -160,11 +160,7 @@ class EnvSettings(ServiceSettings):
     @model_validator(mode="after")
     def _served_model_is_served_model_name(self) -> EnvSettings:
         """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
-        if self.served_model is not None:
-            if "served_model_name" in self.model_fields_set and self.served_model_name != self.served_model:
-                raise ValueError(f"served_model: the old name of served_model_name, which says {self.served_model_name!r}")
-            self.served_model_name, self.served_model = self.served_model, None
-        return self
+        return fold_served_model(self)
 
     @model_validator(mode="after")
     def _fields_fit_the_task(self) -> EnvSettings:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from rlstack.common.settings import ServiceSettings
+from rlstack.common.settings import ServiceSettings, fold_served_model
 from rlstack.trainer.loss_config import GRPOLossConfig
 from rlstack.trainer.sync.verify import Tolerance
 
@@ -152,11 +152,7 @@ class TrainerSettings(ServiceSettings):
     @model_validator(mode="after")
     def _served_model_is_served_model_name(self) -> TrainerSettings:
         """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
-        if self.served_model is not None:
-            if "served_model_name" in self.model_fields_set and self.served_model_name != self.served_model:
-                raise ValueError(f"served_model: the old name of served_model_name, which says {self.served_model_name!r}")
-            self.served_model_name, self.served_model = self.served_model, None
-        return self
+        return fold_served_model(self)
 
     @model_validator(mode="after")
     def _sync_mode_matches_training(self) -> TrainerSettings:
