@@ -99,3 +99,17 @@ def test_claude_code_runs_the_policys_tool_calls(demo_model, demo_proxy, claude_
         assert set(ids) <= set(results)
     first = next(c for c in calls if c.choices[0].message.get("tool_calls"))
     assert first.prompt_token_ids and first.choices[0].completion_token_ids
+    # What the env posts is vLLM's ids exactly: every continued call was sent on its thread's ids
+    # (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
+    # tokens are every completion the policy generated, in order.
+    from rlstack.common.contracts.atropos import MASKED
+    from rlstack.envs.agent.assemble import assemble
+
+    for before, after in zip(calls, calls[1:]):
+        assert after.splice is not None and after.splice.onto == before.request_id
+    assembly = assemble(calls)
+    [sequence] = assembly.sequences
+    assert assembly.thread_breaks == 0 and assembly.spliced_calls == len(calls) - 1
+    assert sequence.tokens == calls[-1].prompt_token_ids + calls[-1].choices[0].completion_token_ids
+    generated = [t for c in calls for t in c.choices[0].completion_token_ids]
+    assert [t for t, m in zip(sequence.tokens, sequence.masks, strict=True) if m != MASKED] == generated
