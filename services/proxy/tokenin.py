@@ -107,7 +107,9 @@ class TokenInUpstream:
         trial = request.headers.get(TRIAL_HEADER)
         call_id = request.headers.get(CALL_HEADER)
         try:
-            if not trial or body.get("stream") or (body.get("n") or 1) != 1:
+            if body.get("stream"):  # --stream-mode litellm: vLLM's events, passed through as they come
+                return await self._stream(request, f"{base}/v1/chat/completions", raw)
+            if not trial or (body.get("n") or 1) != 1:
                 return _json(await self._post(f"{base}/v1/chat/completions", raw))
             messages = body.get("messages") or []
             if not self.threads.may_continue(trial, messages):  # a first call, a side call or an edited history
@@ -125,6 +127,9 @@ class TokenInUpstream:
             return _error(502, f"replica {endpoint.id}: connection refused ({exc})")
         except (aiohttp.ClientError, TimeoutError) as exc:
             return _error(504, f"replica {endpoint.id}: {type(exc).__name__} {exc}")
+        except (ValueError, KeyError, TypeError) as exc:  # an answer not shaped as vLLM's: say so, never a bare 500
+            log.exception("replica %s: unexpected answer", endpoint.id)
+            return _error(502, f"replica {endpoint.id}: unexpected answer ({type(exc).__name__}: {exc})")
 
     async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any], replica_id: str) -> dict:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
@@ -183,6 +188,18 @@ class TokenInUpstream:
             return full[len(head)]
         log.warning("the chat template renders an assistant turn unlike its generation prompt: cut replies are not spliced")
         return None
+
+    async def _stream(self, request: web.Request, url: str, data: bytes) -> web.StreamResponse:
+        assert self.session is not None
+        async with self.session.post(url, data=data, headers=self.replica_headers) as reply:
+            if reply.status != 200:
+                raise UpstreamError(reply.status, await reply.read())
+            response = web.StreamResponse(status=200, headers={"content-type": reply.headers.get("content-type", "text/event-stream")})
+            await response.prepare(request)
+            async for chunk in reply.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
 
     async def _post(self, url: str, data: bytes) -> dict:
         assert self.session is not None

@@ -117,3 +117,20 @@ def test_ending_a_trial_hands_back_every_call_and_only_to_the_env(proxy):
     # The trial's threads are forgotten: a late call is not spliced onto them.
     openai_turn(proxy, key, messages, stream=False)
     assert proxy.lines(run, trial, expect=4)[-1]["splice"] is None
+
+
+def test_litellms_own_streaming_passes_through_the_relay(registry, replica, stack_logs, tmp_path):
+    """``--stream-mode litellm`` streams upstream: the relay passes vLLM's events through as they come."""
+    from tests.conftest import PROXY_PYTHON, start_service
+
+    native = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(tmp_path / "trials"),
+                                     "--stream-mode", "litellm", "--max-tokens-cap", "16"],
+                           stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+    try:
+        body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+        r = httpx.post(f"{native.url}/trials/tokenin/native/v1/chat/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        chunks = [c for c in sse_events(r.text) if c.get("choices")]
+        assert chunks and r.text.rstrip().endswith("data: [DONE]")
+    finally:
+        native.terminate()
