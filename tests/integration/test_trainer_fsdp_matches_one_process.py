@@ -27,6 +27,13 @@ from tests.integration.trainer_fsdp_worker import run
 WORKER = Path(__file__).with_name("trainer_fsdp_worker.py")
 LOSS_TOL = 1e-6
 WEIGHT_TOL = 1e-4
+PACKED_WEIGHT_TOL = 2.5e-4
+"""Packed rows sum each token's gradient in another order than padded rows; after two AdamW steps at
+lr 1e-3 (each step moves a weight by up to ~lr, and by nearly lr where its gradient is tiny, whatever
+its size) that order moved one weight of the current demo model by 1.14e-4 while the losses still
+matched to 1e-6. The code at the session's start (2ab32b2) gives the same 1.14e-4 on this model:
+the gap is the order of the sums, not a change in training. A quarter of one step is still far below
+what a wrong packing (a token trained twice or not at all) moves."""
 """AdamW's first steps move each weight by ~lr whatever its gradient's size, so float noise in a
 tiny gradient shows up at ~1e-6 here; a wrong reduction (a missing or doubled rank) moves weights by ~lr = 1e-3."""
 
@@ -110,7 +117,7 @@ def test_packed_rows_on_two_ranks_checkpoint_and_resume_in_one_process(reference
     assert (tmp_path / "ckpt" / "step-000001" / "dcp" / ".metadata").exists()
     resumed = plain(spec(tmp_path, "resumed1", tiny_model, steps=1, resume=str(tmp_path / "ckpt" / "step-000001")))
     assert losses(first) + losses(resumed) == pytest.approx(losses(reference["result"]), abs=LOSS_TOL)
-    assert max_gap(weights(str(tmp_path / "resumed1")), reference["weights"]) < WEIGHT_TOL
+    assert max_gap(weights(str(tmp_path / "resumed1")), reference["weights"]) < PACKED_WEIGHT_TOL
 
 
 def test_one_process_checkpoint_resumes_on_two_ranks(reference, tiny_model, tmp_path):
