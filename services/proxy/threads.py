@@ -70,7 +70,8 @@ class Head:
     reply: str = ""
     """``reply_key`` of what the policy answered."""
     request_key: bytes = b""
-    """``messages_key`` of the head's request (the same request again is a retry)."""
+    """``messages_key`` of the head's request: its last message (with the same number of messages, the
+    same request again, a retry; the rendering's fingerprint confirms it before anything is spliced)."""
     setting: bytes = b""
     """``setting_key`` of the thread's requests: its system prompt and tools."""
 
@@ -124,7 +125,7 @@ class ThreadTable:
             if _replied(head, messages):
                 return True
             if len(messages) == head.messages_len:
-                key = key or messages_key(messages)
+                key = key or messages_key(messages[-1:])
                 if key == head.request_key:
                     return True
         return False
@@ -199,7 +200,7 @@ class ThreadTable:
         head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)),
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
-                    request_key=messages_key(messages), setting=setting_key(messages, tools))
+                    request_key=messages_key(messages[-1:]), setting=setting_key(messages, tools))
         if parent is not None and plan.splice is not None and not plan.splice.retry and parent in state.heads:
             state.heads.remove(parent)
         state.heads.append(head)

@@ -297,10 +297,9 @@ class AgentEnvRunner(EnvRunner):
         from rlstack.common.contracts.trial_end import TrialEnd, end_token
 
         secret = self.s.trial_key_secret.get_secret_value() if self.s.trial_key_secret else None
-        url = f"{str(self.s.proxy_url).rstrip('/')}/trials/{self.s.run_id}/{paths.root.name}/end"
-        try:
-            async with httpx.AsyncClient(timeout=60) as client:
-                reply = await client.post(url, headers=bearer(end_token(secret, self.s.run_id, paths.root.name)))
+        try:  # the runner's own keep-alive client to the proxy, not a new connection per trial
+            reply = await self.proxy.post(f"/trials/{self.s.run_id}/{paths.root.name}/end", timeout=60,
+                                          headers=bearer(end_token(secret, self.s.run_id, paths.root.name)))
             reply.raise_for_status()
             ended = TrialEnd.model_validate_json(reply.content)
             if ended.in_flight:
