@@ -261,3 +261,18 @@ def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:
 
 def _only(values: set[int]) -> int | None:
     return next(iter(values)) if len(values) == 1 else None
+
+
+def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
+    """A reply that ended on the model's own end-of-turn token (not a stop string, not length).
+
+    ``finish_reason`` alone cannot say so: vLLM reports ``tool_calls`` whenever its parser found a
+    call, also in a reply cut at ``max_tokens`` (its last id is then an ordinary token). With the
+    template's end-of-turn id known, the last generated id must be it."""
+    choices = answer.get("choices") or []
+    if not choices or choices[0].get("finish_reason") not in ("stop", "tool_calls") or choices[0].get("stop_reason") is not None:
+        return False
+    if turn_end is None:
+        return True
+    ids = choices[0].get("token_ids") or []
+    return not ids or ids[-1] == turn_end  # no ids to look at: trust finish_reason

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from rlstack.proxy.discovery import ReplicaView
 from rlstack.proxy.sse import dumps, loads
-from rlstack.proxy.threads import Plan, Splice, ThreadTable
+from rlstack.proxy.threads import Plan, Splice, ThreadTable, ended_on_turn_end
 
 log = logging.getLogger(__name__)
 TRIAL_HEADER = "x-rlstack-trial"
@@ -114,10 +114,11 @@ class TokenInUpstream:
             messages = body.get("messages") or []
             if not self.threads.may_continue(trial, messages):  # a first call, a side call or an edited history
                 answer = await self._post(f"{base}/v1/chat/completions", raw)
+                turn_end = await self._turn_end(base, endpoint.id, body.get("model"))
                 prompt = answer.get("prompt_token_ids") or []
                 edited = self.threads.starts_like(trial, messages, body.get("tools"))
                 self._remember(trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
-                               body, answer, eos_stop=_eos_stop(answer))
+                               body, answer, eos_stop=ended_on_turn_end(answer, turn_end))
                 return _json(answer)
             answer = await self._spliced(base, trial, call_id, body, endpoint.id)
             return _json(answer)
@@ -134,9 +135,8 @@ class TokenInUpstream:
     async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any], replica_id: str) -> dict:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
         ids = rendered["token_ids"]
-        if replica_id not in self.turn_ends:
-            self.turn_ends[replica_id] = await self._probe_turn_end(base, body.get("model"))
-        plan = self.threads.plan(trial, ids, body.get("messages") or [], self.turn_ends[replica_id])
+        turn_end = await self._turn_end(base, replica_id, body.get("model"))
+        plan = self.threads.plan(trial, ids, body.get("messages") or [], turn_end)
         params = rendered["sampling_params"]
         room = self.view.max_model_len.get(replica_id, self.view.default_context) - len(plan.prompt)
         if room < 1:
@@ -151,7 +151,7 @@ class TokenInUpstream:
         answer["prompt_token_ids"] = plan.prompt
         for choice, raw_choice in zip(answer.get("choices") or [], generated.get("choices") or [], strict=False):
             choice.setdefault("token_ids", raw_choice.get("token_ids"))
-        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=_eos_stop(generated))
+        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=ended_on_turn_end(generated, turn_end))
         return answer
 
     def _remember(self, trial: str, call_id: str | None, rendered: list[int], plan: Plan, body: dict, answer: dict,
@@ -167,6 +167,11 @@ class TokenInUpstream:
             self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment)
             while len(self.outcomes) > MAX_OUTCOMES:
                 self.outcomes.popitem(last=False)
+
+    async def _turn_end(self, base: str, replica_id: str, model: str | None) -> int | None:
+        if replica_id not in self.turn_ends:
+            self.turn_ends[replica_id] = await self._probe_turn_end(base, model)
+        return self.turn_ends[replica_id]
 
     async def _probe_turn_end(self, base: str, model: str | None) -> int | None:
         """The first id the template puts after an empty assistant reply: the end of a turn.
@@ -208,12 +213,6 @@ class TokenInUpstream:
             if reply.status != 200:
                 raise UpstreamError(reply.status, payload)
             return loads(payload)
-
-
-def _eos_stop(answer: dict) -> bool:
-    """A reply that ended on the model's own end-of-turn token (not a stop string, not length)."""
-    choices = answer.get("choices") or []
-    return bool(choices) and choices[0].get("finish_reason") in ("stop", "tool_calls") and choices[0].get("stop_reason") is None
 
 
 def _json(payload: dict) -> web.Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlstack.proxy.threads import ThreadTable
+from rlstack.proxy.threads import ThreadTable, ended_on_turn_end
 
 EOT, NL = 2, 203
 SYSTEM = [1, 50, 51, EOT, NL, 1, 60, 61, EOT, NL, 1, 70, NL]  # system, user, generation prompt
@@ -49,6 +49,26 @@ def test_a_cut_reply_is_closed_with_the_turn_end_the_template_renders() -> None:
     nxt = table.plan("t", rendered)
     assert nxt.prompt == SYSTEM + [900, 901, EOT, NL, 1, 80, EOT, NL, 1, 70, NL]
     assert nxt.splice is not None and nxt.splice.prefix_tokens == len(SYSTEM) + 2 and nxt.splice.tail_tokens == 9
+
+
+def test_a_reply_cut_at_max_tokens_that_vllm_calls_tool_calls_is_still_a_cut_reply() -> None:
+    """vLLM says ``tool_calls`` whenever its parser found a call, also when the reply ran out of
+    tokens mid-way; taken at its word, the head would end on an ordinary id, the next rendering
+    would not contain it and the thread would break (seen in a built-in agent run)."""
+    cut = {"choices": [{"finish_reason": "tool_calls", "stop_reason": None, "token_ids": [900, 901]}]}
+    ended = {"choices": [{"finish_reason": "tool_calls", "stop_reason": None, "token_ids": [900, EOT]}]}
+    assert not ended_on_turn_end(cut, EOT) and ended_on_turn_end(ended, EOT)
+    assert ended_on_turn_end(cut, None)  # no probed turn end: finish_reason is all there is
+    assert not ended_on_turn_end({"choices": [{"finish_reason": "length", "token_ids": [900]}]}, EOT)
+
+    table = ThreadTable()
+    plan = table.plan("t", SYSTEM)
+    table.record("t", "cut", SYSTEM, plan, [900, 901], "tool_calls", eos_stop=ended_on_turn_end(cut, EOT))
+    # The parser re-serialised the cut call, so the history renders the reply as other ids.
+    tool_turn = [NL, 1, 80, EOT, NL, 1, 70, NL]
+    nxt = table.plan("t", SYSTEM + [950, 951, EOT] + tool_turn, turn_end=EOT)
+    assert nxt.segment is None and nxt.splice is not None and nxt.splice.onto == "cut"
+    assert nxt.prompt == SYSTEM + [900, 901, EOT] + tool_turn
 
 
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
