@@ -38,7 +38,8 @@ class AgentWarmStartSpec(BaseModel):
     steps: int = Field(default=60, ge=0)
     batch_size: int = Field(default=16, ge=1)
     lr: float = Field(default=1e-3, gt=0)
-    max_seconds: float = Field(default=480, gt=0)
+    max_seconds: float = Field(default=1800, gt=0)
+    """A stuck-machine guard only: the step count defines the policy, whatever the machine's load."""
     seed: int = 0
 
 
