@@ -47,6 +47,7 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     for name in ("inference", "trainer"):
         set_flag(services[name]["args"], "--model", str(model))
     set_flag(services["trainer"]["args"], "--steps", str(STEPS))
+    set_flag(services["trainer"]["args"], "--batch-size", "16")  # the suite's cost; the demo's 32 is measured in docs
     set_flag(services["env"]["args"], "--tasks-dir", str(tasks))
     set_flag(services["env"]["args"], "--heldout-size", "4")  # of the 16 generated tasks
     path = tmp_path / "run.yaml"
