@@ -37,6 +37,11 @@ from typing import Any, Literal
 MAX_HEADS_PER_TRIAL = 16
 """Threads followed per trial (main thread, side calls, sub-agents); the least recent goes first."""
 MAX_TRIALS = 20_000
+BOUNDARY_TOKENS = 1
+"""A rendering ends with the generation prompt, whose last id (the whitespace after the role) the
+tokenizer may merge with the reply's first characters once the reply is rendered as history: a
+reply that starts with a newline turns the prompt's ``\n`` + the reply's ``\n\n`` into one ``\n\n\n``
+id. A head is matched on its rendering less these ids (seen in CI: a random policy's reply)."""
 TRIAL_IDLE_SECONDS = 3600.0
 
 SegmentReason = Literal["history_edited", "no_turn_end"]
@@ -57,6 +62,8 @@ class Head:
     request_id: str
     rendered_len: int
     rendered_fp: bytes
+    stable_fp: bytes
+    """Fingerprint of the rendering less its last ``BOUNDARY_TOKENS`` ids: what a continuation starts with."""
     tokens: array
     """The exact prompt sent + the completion received."""
     prompt_len: int
@@ -64,7 +71,8 @@ class Head:
     """The id that closed the reply (an end-of-turn token), None if it was cut (length)."""
     root_len: int
     root_fp: bytes
-    """The thread's first rendering: a later call that starts with it but continues no head edited the history."""
+    """The thread's first rendering (less ``BOUNDARY_TOKENS``): a later call that starts with it but
+    continues no head edited the history."""
     messages_len: int = 0
     """Messages in the head's request: the next request's reply to it sits at this index."""
     reply: str = ""
@@ -153,9 +161,13 @@ class ThreadTable:
         arr = ids_array(rendered)
         best: Head | None = None
         for head in state.heads:
-            if head.rendered_len <= len(arr) and (best is None or head.rendered_len > best.rendered_len) \
-                    and fingerprint(arr, head.rendered_len) == head.rendered_fp \
-                    and (messages is None or head.rendered_len == len(arr) or _replied(head, messages)):
+            if head.rendered_len > len(arr) or (best is not None and head.rendered_len <= best.rendered_len):
+                continue
+            if head.rendered_len == len(arr):  # the same request again, id for id
+                same = fingerprint(arr, len(arr)) == head.rendered_fp
+            else:  # an answer to the head: its history up to the generation prompt's boundary, then its reply
+                same = fingerprint(arr, _stable(head.rendered_len)) == head.stable_fp and (messages is None or _replied(head, messages))
+            if same:
                 best = head
         if best is None:
             edited = any(h.root_len <= len(arr) and fingerprint(arr, h.root_len) == h.root_fp for h in state.heads)
@@ -169,7 +181,7 @@ class ThreadTable:
             turn_end = _only(self.turn_ends)
         if turn_end is None:
             return Plan(prompt=list(rendered), segment="no_turn_end")
-        try:
+        try:  # a reply merged into the boundary still holds at least one id: its end is past the head's length
             end = rendered.index(turn_end, best.rendered_len)
         except ValueError:
             return Plan(prompt=list(rendered), segment="no_turn_end")
@@ -196,8 +208,9 @@ class ThreadTable:
             self.turn_ends.add(turn_end)
         arr = ids_array(rendered)
         parent = plan.parent
-        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (len(arr), fingerprint(arr, len(arr)))
-        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)),
+        stable_fp = fingerprint(arr, _stable(len(arr)))
+        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (_stable(len(arr)), stable_fp)
+        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)), stable_fp=stable_fp,
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
                     request_key=messages_key(messages[-1:]), setting=setting_key(messages, tools))
@@ -257,6 +270,10 @@ def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:
         return False
     message = messages[head.messages_len]
     return isinstance(message, dict) and message.get("role") == "assistant" and reply_key(message) == head.reply
+
+
+def _stable(length: int) -> int:
+    return max(length - BOUNDARY_TOKENS, 0)
 
 
 def _only(values: set[int]) -> int | None:

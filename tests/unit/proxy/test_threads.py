@@ -24,6 +24,20 @@ def test_a_continued_call_is_sent_on_the_generated_ids_even_when_the_history_ren
     assert plan.splice.rerendered_exact is False
 
 
+def test_a_reply_that_opens_with_newlines_is_spliced_though_its_rendering_merges_into_the_generation_prompt() -> None:
+    """The generation prompt ends in a newline; re-rendered as history, a reply that starts with
+    newlines merges with it into one id, so the new rendering shares the head's rendering only up
+    to that last id (a random policy's reply broke its thread this way in CI)."""
+    table = ThreadTable()
+    table.record("t", "call-1", SYSTEM, table.plan("t", SYSTEM), [NL2 := 5, 900, EOT], "stop", eos_stop=True)
+    tool_turn = [NL, 1, 80, NL, 81, 82, EOT, NL, 1, 70, NL]
+    rendered = SYSTEM[:-1] + [NL3 := 8050, 900, EOT] + tool_turn  # NL3 = the prompt's newline + the reply's two
+    assert NL2 != NL3
+    plan = table.plan("t", rendered)
+    assert plan.prompt == SYSTEM + [NL2, 900, EOT] + tool_turn
+    assert plan.splice is not None and plan.splice.onto == "call-1" and not plan.splice.rerendered_exact
+
+
 def test_a_thread_chains_over_many_calls_and_the_exact_rerender_is_reported() -> None:
     table = ThreadTable()
     rendered, sent = list(SYSTEM), list(SYSTEM)
