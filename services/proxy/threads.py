@@ -8,7 +8,8 @@ sequence whose history drifted cannot be trained as one. So the proxy keeps, per
 thread's latest call, plus a fingerprint of what that call's request rendered to.
 
 A new call continues a head when its own rendering starts with the head's rendering (same
-tools, system prompt and history up to the head's reply, byte for byte after the template).
+tools, system prompt and history up to the head's reply, byte for byte after the template),
+less the generation prompt's last id (``BOUNDARY_TOKENS``).
 The new prompt is then the head's exact ids + everything the template renders after the
 re-rendered reply's turn-end token (tool results, the next user turn, the generation
 prompt). Only that tail comes from rendering; the history is never re-tokenised.
