@@ -24,7 +24,8 @@ import sys
 CHUNK = 1 << 16
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """One direction until its end of file (True) or a broken connection (False)."""
     try:
         while data := await reader.read(CHUNK):
             writer.write(data)
@@ -32,19 +33,47 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         if writer.can_write_eof():
             writer.write_eof()
     except (ConnectionError, OSError):
-        pass
+        return False
+    return True
 
 
 async def splice(client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
                  upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-    """Both directions until both ends are done (streamed responses included), then close."""
+    """Both directions until both ends are done (a half-close waits for the answer, so streamed
+    responses pass), or until either side breaks (then both are closed: a sandbox killed
+    mid-request leaves no connection waiting on a peer that will never be read), then close."""
+    pipes = {asyncio.ensure_future(_pipe(client[0], upstream[1])), asyncio.ensure_future(_pipe(upstream[0], client[1]))}
     try:
-        await asyncio.gather(_pipe(client[0], upstream[1]), _pipe(upstream[0], client[1]))
+        while pipes:
+            done, pipes = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            if not all(task.result() for task in done):
+                break
     finally:
+        for task in pipes:
+            task.cancel()
         for _, writer in (client, upstream):
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+def holding(handle, tasks: set):  # noqa: ANN001, ANN201
+    """A connection handler whose task is kept in ``tasks`` while it runs.
+
+    asyncio's server drops its reference to a handler's task when the client's connection is lost,
+    and the loop keeps tasks only weakly: a handler still waiting on its upstream is then collected
+    mid-await ("Task was destroyed but it is pending!"). A sandbox that aborts a request the proxy
+    has not read yet did that to the env server, which then died of SIGSEGV in a run."""
+    async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        tasks.add(task)
+        try:
+            await handle(reader, writer)
+        except asyncio.CancelledError:  # the server closing: the connection's end, not an error to report
+            pass
+        finally:
+            tasks.discard(task)
+    return held
 
 
 class HostBridge:
@@ -53,9 +82,10 @@ class HostBridge:
     def __init__(self, path: str, host: str, port: int) -> None:
         self.path, self.host, self.port = path, host, port
         self._server: asyncio.base_events.Server | None = None
+        self.connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._handle, path=self.path)
+        self._server = await asyncio.start_unix_server(holding(self._handle, self.connections), path=self.path)
         os.chmod(self.path, 0o666)  # the sandbox's user may be mapped to another uid
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -69,6 +99,8 @@ class HostBridge:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            for task in list(self.connections):
+                task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
         with contextlib.suppress(FileNotFoundError):
@@ -86,7 +118,9 @@ async def _inside(forwards: list[tuple[int, str]], command: list[str]) -> int:
             await splice((reader, writer), upstream)
         return handle
 
-    servers = [await asyncio.start_server(await handler_for(path), "127.0.0.1", port) for port, path in forwards]
+    connections: set[asyncio.Task] = set()
+    servers = [await asyncio.start_server(holding(await handler_for(path), connections), "127.0.0.1", port)
+               for port, path in forwards]
     try:
         proc = await asyncio.create_subprocess_exec(*command)
     except OSError as exc:
