@@ -24,6 +24,7 @@ from rlstack.common.registry_client import RegistryClient
 
 log = logging.getLogger(__name__)
 RECHECK_DELAY_SECONDS = 2.0
+MAX_DEPARTED = 1024
 
 
 class ReplicaView:
@@ -35,6 +36,19 @@ class ReplicaView:
         self.endpoints: dict[str, Endpoint] = {}
         self.max_model_len: dict[str, int] = {}
         self.revision = -1
+        self.departed: dict[str, None] = {}
+        """Replicas that served and left, newest last: their pinned groups keep a fallback (a call
+        pinned just before its replica left, or retried after, goes to the shared group, not 400)."""
+
+    def set_endpoints(self, ready: dict[str, Endpoint]) -> None:
+        for rid in self.endpoints.keys() - ready.keys():
+            self.departed.pop(rid, None)
+            self.departed[rid] = None
+        for rid in ready:
+            self.departed.pop(rid, None)
+        while len(self.departed) > MAX_DEPARTED:
+            del self.departed[next(iter(self.departed))]
+        self.endpoints = ready
 
     def urls(self) -> list[str]:
         return [str(e.url).rstrip("/") for e in self.endpoints.values()]
@@ -85,6 +99,7 @@ def model_list(view: ReplicaView, api_key: str | None, timeout: float, relay: Re
         deployments.append({"model_name": view.served_model, "litellm_params": params, "model_info": {"id": rid}})
         deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})
         fallbacks.append({view.pinned_group(rid): [view.served_model]})
+    fallbacks += [{view.pinned_group(rid): [view.served_model]} for rid in view.departed]
     return deployments, fallbacks
 
 
@@ -105,7 +120,7 @@ class Discovery:
         for rid, e in ready.items():
             if rid not in self.view.max_model_len:
                 self.view.max_model_len[rid] = await self._max_model_len(e)
-        self.view.endpoints = ready  # weight versions may have moved even when routing did not
+        self.view.set_endpoints(ready)  # weight versions may have moved even when routing did not
         self.view.revision = revision
         self._apply_if_changed()
 
@@ -170,7 +185,7 @@ class Discovery:
         and the registry is asked again shortly after, so a false alarm costs seconds, not a replica.
         """
         if replica_id in self.view.endpoints and len(self.view.endpoints) > 1:
-            del self.view.endpoints[replica_id]
+            self.view.set_endpoints({rid: e for rid, e in self.view.endpoints.items() if rid != replica_id})
             log.warning("replica %s refused a connection; routing around it", replica_id)
             self._apply_if_changed()
             self._recheck.set()

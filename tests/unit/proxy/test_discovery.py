@@ -114,3 +114,15 @@ def test_a_replica_dropped_by_forget_is_reapplied_when_the_registry_lists_it_aga
             ["r0", "r0@pinned", "r1", "r1@pinned"], ["r0", "r0@pinned"], ["r0", "r0@pinned", "r1", "r1@pinned"]]
 
     asyncio.run(go())
+
+
+def test_a_replica_that_left_keeps_its_pinned_groups_fallback():
+    """A call pinned to a replica just before discovery drops it (or retried after) names a group
+    with no deployment left; without a fallback LiteLLM answers 400 (seen in CI under load)."""
+    view, discovery, applied = make(2)
+    discovery.forget("r1")
+    deployments, fallbacks = applied[-1]
+    assert "policy@r1" not in {d["model_name"] for d in deployments}
+    assert {"policy@r1": ["policy"]} in fallbacks
+    view.set_endpoints({**view.endpoints, "r1": endpoint("r1", 9001)})  # back again: pinned, not departed
+    assert "r1" not in view.departed
