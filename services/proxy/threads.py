@@ -52,6 +52,15 @@ def fingerprint(ids: array, length: int) -> bytes:
     return hashlib.blake2b(memoryview(ids)[:length].tobytes(), digest_size=16).digest()
 
 
+def stable_and_full_fingerprints(ids: array) -> tuple[bytes, bytes]:
+    """``fingerprint`` of the rendering less ``BOUNDARY_TOKENS`` and of all of it, in one pass."""
+    view, cut = memoryview(ids), _stable(len(ids))
+    digest = hashlib.blake2b(view[:cut].tobytes(), digest_size=16)
+    stable = digest.digest()
+    digest.update(view[cut:].tobytes())
+    return stable, digest.digest()
+
+
 def ids_array(ids: Sequence[int]) -> array:
     return array("l", ids)
 
@@ -209,9 +218,9 @@ class ThreadTable:
             self.turn_ends.add(turn_end)
         arr = ids_array(rendered)
         parent = plan.parent
-        stable_fp = fingerprint(arr, _stable(len(arr)))
+        stable_fp, rendered_fp = stable_and_full_fingerprints(arr)
         root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (_stable(len(arr)), stable_fp)
-        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=fingerprint(arr, len(arr)), stable_fp=stable_fp,
+        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=rendered_fp, stable_fp=stable_fp,
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
                     request_key=messages_key(messages[-1:]), setting=setting_key(messages, tools))
