@@ -121,6 +121,7 @@ def schema() -> J:
             "batcher": component({"replicas": i(0, 1, "one writer owns the write-ahead log: at most one")}),
             "proxy": component({
                 "replicas": i(0), "pdb": PDB,
+                "sessionAffinity": enum("ClientIP", "None", desc="ClientIP: a trial's calls stay on the pod holding its threads"),
                 "autoscaling": obj({**autoscale_common, "targetCPUUtilizationPercentage": i(1, 100)}),
             }),
             "inference": component({

@@ -40,6 +40,7 @@ from rlstack.proxy.discovery import Discovery, ReplicaView
 from rlstack.proxy.front import FrontMiddleware, Refused
 from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
 from rlstack.proxy.metrics import ProxyMetrics
+from rlstack.proxy.peers import PEER_SCOPE, Peers
 from rlstack.proxy.tokenin import TokenInUpstream
 from rlstack.proxy.writer import TrajectoryWriter
 
@@ -69,6 +70,11 @@ class ProxyApp:
                                   token_in=self.token_in)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
+        self.peers = Peers([str(u) for u in settings.peer_urls], settings.peers_dns, settings.port, END_WAIT_SECONDS + 10)
+        if self.token_in is not None and settings.workers > 1:
+            log.warning("token-in with %d workers: a trial's threads live in the worker that served its last call, so a "
+                        "continued call that lands on another worker goes un-spliced; scale with pods of one worker",
+                        settings.workers)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
                                      stream_shim=settings.stream_mode == "shim", authorize=self._authorize)
@@ -137,6 +143,7 @@ class ProxyApp:
                 if self.token_in is not None:
                     await self.token_in.close()
                 await self.registry_client.aclose()
+                await self.peers.aclose()
                 log.info("proxy stopped; %d trajectory lines written", self.writer.written)
 
     async def _warm_up(self) -> None:
@@ -180,20 +187,31 @@ class ProxyApp:
         return JSONResponse({"ok": ok, **detail}, status_code=200 if ok else 503)
 
     async def end_trial(self, request: Request) -> JSONResponse:
-        """The env's signal that a trial is over: wait for its calls' records, flush, forget its threads, answer them."""
+        """The env's signal that a trial is over: here and in every peer, wait for its calls' records,
+        flush, forget its threads; then answer every record. A peer's own part: ``?scope=process``."""
         run, trial = request.path_params["run"], request.path_params["trial"]
         presented = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         if not presented.isascii() or not end_token_ok(self.auth.secret, run, trial, presented):
             return JSONResponse({"error": {"message": "authorization: not this trial's end token", "param": "authorization"}},
                                 status_code=401)
+        scope = request.query_params.get("scope")
+        if scope is not None and scope != PEER_SCOPE:
+            return JSONResponse({"error": {"message": f"scope: {PEER_SCOPE!r} or none", "param": "scope"}}, status_code=400)
+        if scope == PEER_SCOPE:
+            return JSONResponse(TrialEnd(run=run, trial=trial, in_flight=await self._end_here(run, trial)).model_dump(mode="json"))
+        in_flight, peers = await asyncio.gather(self._end_here(run, trial), self.peers.end(run, trial, presented))
+        records = await asyncio.to_thread(read_trajectory, self.settings.trials_dir / run / trial)
+        self.metrics.trials_ended.inc()
+        body = TrialEnd(run=run, trial=trial, records=records, in_flight=in_flight + peers.in_flight, unreached=peers.unreached)
+        return JSONResponse(body.model_dump(mode="json"))
+
+    async def _end_here(self, run: str, trial: str) -> int:
+        """This process's part of a trial's end; the calls it was still logging when the wait ran out."""
         in_flight = await self.hooks.wait_logged(run, trial, END_WAIT_SECONDS)
         await asyncio.to_thread(self.writer.flush)
         if self.token_in is not None:
             self.token_in.end_trial(f"{run}/{trial}")
-        records = await asyncio.to_thread(read_trajectory, self.settings.trials_dir / run / trial)
-        self.metrics.trials_ended.inc()
-        body = TrialEnd(run=run, trial=trial, records=records, in_flight=in_flight)
-        return JSONResponse(body.model_dump(mode="json"))
+        return in_flight
 
     async def metrics_route(self, request: Request):  # noqa: ANN201
         return metrics_response(self.registry)

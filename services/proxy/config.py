@@ -55,5 +55,11 @@ class ProxySettings(ServiceSettings):
     """Send each trial's continued calls on its threads' exact ids (render, generate, derender on the
     replica; vLLM with --enable-scale-out). Off: LiteLLM calls /v1/chat/completions, which re-renders
     the history from text (kept for comparison in bench/proxy.py)."""
+    peer_urls: list[HttpUrl] = Field(default_factory=list)
+    """Other proxy pods that may have served a trial's calls: the trial's end is passed on to each, which
+    waits until its own calls of the trial are logged and forgets the trial's threads (``peers``)."""
+    peers_dns: str | None = Field(default=None, max_length=253)
+    """A DNS name whose every address is a proxy pod (the chart's headless Service), looked up at each
+    trial's end and reached on ``port``; adds to ``peer_urls``."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

@@ -168,6 +168,23 @@ def test_network_policies_select_what_they_claim(rendered):
     assert [[p["port"] for p in r["ports"]] for r in release_wide] == [[8200]]
 
 
+def test_a_trials_calls_stay_on_one_proxy_pod_and_its_end_reaches_every_pod(rendered):
+    """Token-in keeps a trial's threads in the proxy pod that served its calls: the Service keeps each
+    client (a sandbox pod, one trial) on one pod, and the pod that takes the env's end finds the others."""
+    _, objects = rendered
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind(objects, "Service")}
+    assert services["rl-rlstack-proxy"]["sessionAffinity"] == "ClientIP"
+    peers = services["rl-rlstack-proxy-peers"]
+    assert peers["clusterIP"] == "None" and peers["selector"] == services["rl-rlstack-proxy"]["selector"]
+    env = {e["name"]: e.get("value") for e in workloads(objects)["proxy"]["spec"]["containers"][0]["env"]}
+    assert env["RLSTACK_PROXY_PEERS_DNS"] == "rl-rlstack-proxy-peers"
+    policies = {p["metadata"]["name"]: p["spec"] for p in by_kind(objects, "NetworkPolicy")}
+    if "rl-rlstack-proxy" in policies:  # the pods reach each other's port
+        proxy_labels = workloads(objects)["proxy"]["metadata"]["labels"]
+        assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"-": "-"}), proxy_labels)
+                   for rule in policies["rl-rlstack-proxy"]["ingress"] for peer in rule["from"] if "namespaceSelector" not in peer)
+
+
 def test_dashboards_ship_in_a_sidecar_configmap(rendered):
     _, objects = rendered
     configmap = next(c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-dashboards"))

@@ -208,6 +208,9 @@ metadata:
     {{- include "rlstack.labels" $ctx | nindent 4 }}
 spec:
   type: ClusterIP
+  {{- with .sessionAffinity }}
+  sessionAffinity: {{ . }}
+  {{- end }}
   selector:
     {{- include "rlstack.selectorLabels" $ctx | nindent 4 }}
     {{- with .selector }}

@@ -3,6 +3,8 @@
 A trial ends when its agent has exited, so every call it made has had its answer; what may still
 be in flight is the proxy's own logging of the last ones. The proxy waits for those, flushes
 its writer, forgets the trial's threads and answers the records: no settle delay on either side.
+With several proxy pods the one that takes the end passes it on to the others first (``?scope=process``:
+the same wait, flush and forgetting, no records), since a trial's calls may have gone to any of them.
 
 The route takes an *end token*, an HMAC of the trial under the proxy's trial-key secret, which
 the env server can compute and the agent (holding only its trial key) cannot: an agent cannot
@@ -38,4 +40,6 @@ class TrialEnd(BaseModel):
     records: list[TrajectoryRecord] = Field(default_factory=list)
     """Every call of the trial that any proxy process logged, in the order they started."""
     in_flight: int = 0
-    """Calls of this trial still being logged by this process when the wait ran out (0 = complete)."""
+    """Calls of this trial still being logged when the wait ran out, here or in a peer (0 = complete)."""
+    unreached: list[str] = Field(default_factory=list)
+    """Peer proxies that did not take the end: calls they served may be missing (a pod that died) or late."""

@@ -304,6 +304,9 @@ class AgentEnvRunner(EnvRunner):
             ended = TrialEnd.model_validate_json(reply.content)
             if ended.in_flight:
                 log.warning("trial %s: the proxy was still logging %d call(s) at its end", paths.root.name, ended.in_flight)
+            if ended.unreached:
+                log.warning("trial %s: proxy pods %s did not take its end; calls they served may be missing",
+                            paths.root.name, ", ".join(ended.unreached))
             return ended.records
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("trial %s: the proxy did not answer its end (%r); reading its files as they are", paths.root.name, exc)

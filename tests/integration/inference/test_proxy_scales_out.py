@@ -1,6 +1,7 @@
 """Several proxy processes (a second "pod" running two workers, beside the session's proxy)
 share one trials directory: every call of every trial is logged exactly once, whole, whichever
-process served it, and the workers' metrics add up on one /metrics."""
+process served it, the workers' metrics add up on one /metrics, and a trial's end taken by one
+pod reaches the pod that served the trial."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def two_worker_proxy(registry, replica, proxy, stack_logs):
     svc = start_service(
         "proxy",
         ["--registry-url", registry.url, "--trials-dir", str(proxy.trials_dir), "--trial-key-secret", SECRET,
-         "--max-tokens-cap", "64", "--watch-timeout-seconds", "2", "--workers", "2"],
+         "--max-tokens-cap", "64", "--watch-timeout-seconds", "2", "--workers", "2", "--peer-urls", proxy.url],
         stack_logs, python=PROXY_PYTHON, ready_timeout=180,
     )
     yield svc
@@ -78,6 +79,32 @@ def test_many_writers_lose_and_interleave_nothing(proxy, two_worker_proxy):
     metrics = httpx.get(f"{two_worker_proxy.url}/metrics").text
     served = sum(float(v) for v in re.findall(r'^rlstack_proxy_calls_total\{api="openai",[^}]*status="ok"\} (\S+)$', metrics, re.M))
     assert served == TRIALS * CALLS_PER_TRIAL // 2
+
+
+def test_an_end_taken_by_another_pod_reaches_the_pod_that_served_the_trial(proxy, two_worker_proxy):
+    """The chart keeps a sandbox's calls on one pod, but the env's end lands on any: the pod that takes
+    it passes it on, so the serving pod logs everything and forgets the trial's threads."""
+    from rlstack.common.contracts.trial_end import TrialEnd, end_token
+    from tests.integration.inference.test_proxy_token_in import openai_turn
+
+    run, trial = "scale", "ended-elsewhere"
+    key = proxy.key(run, trial)
+    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List the files."}]
+    for n in range(2):
+        messages += [openai_turn(proxy, key, messages, stream=False), {"role": "user", "content": f"step {n}"}]
+    assert proxy.lines(run, trial, expect=2)[1]["splice"] is not None  # the serving pod holds the thread
+
+    url = f"{two_worker_proxy.url}/trials/{run}/{trial}/end"
+    token = {"Authorization": f"Bearer {end_token(SECRET, run, trial)}"}
+    bad = httpx.post(url, params={"scope": "everything"}, headers=token, timeout=60)
+    assert bad.status_code == 400 and "scope" in bad.text
+    reply = httpx.post(url, headers=token, timeout=60)
+    assert reply.status_code == 200, reply.text
+    ended = TrialEnd.model_validate_json(reply.content)
+    assert ended.in_flight == 0 and ended.unreached == [] and len(ended.records) == 2
+    # The serving pod forgot the trial's threads: a late call there is not spliced onto them.
+    openai_turn(proxy, key, messages, stream=False)
+    assert proxy.lines(run, trial, expect=3)[-1]["splice"] is None
 
 
 def proxy_lines_settled(trial_dir: Path, expect: int, timeout: float = 20.0) -> list[TrajectoryRecord]:
