@@ -38,9 +38,6 @@ class Peers:
         self.own = _own_addresses()
         """This pod's addresses: its own entry in the headless Service's answer is skipped."""
 
-    def __bool__(self) -> bool:
-        return bool(self.urls or self.dns_name)
-
     async def addresses(self) -> list[str]:
         urls = list(self.urls)
         if self.dns_name:
@@ -55,7 +52,8 @@ class Peers:
         return urls
 
     async def end(self, run: str, trial: str, token: str) -> PeersEnded:
-        """Every peer's part of ending the trial; the peers that did not answer are named, not waited for."""
+        """Every peer's part of ending the trial, all at once; a peer that does not answer is named (a dead
+        pod refuses the connection or costs the 3 s connect timeout), and the others still count."""
         urls = await self.addresses()
         replies = await asyncio.gather(*(self._end_one(url, run, trial, token) for url in urls))
         ended = PeersEnded()
