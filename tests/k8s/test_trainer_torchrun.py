@@ -49,7 +49,8 @@ def test_one_gpu_keeps_the_plain_process_and_http_probes():
     assert container["command"] == PLAIN
     assert container["livenessProbe"]["httpGet"]["port"] == "http"
     assert "subdomain" not in pod and not any(v["name"] == "dshm" for v in pod["volumes"])
-    assert not [s for s in by_kind(objs, "Service") if s["spec"].get("clusterIP") == "None"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not [s for s in by_kind(objs, "Service") if s["spec"].get("clusterIP") == "None" and selects(s["spec"]["selector"], labels)]
     # One pod: only the service policy (its HTTP port), not the peers' every-port one.
     trainer_policies = [p for p in by_kind(objs, "NetworkPolicy") if p["metadata"]["name"].endswith("-trainer")]
     assert all(rule.get("ports") for p in trainer_policies for rule in p["spec"].get("ingress", []))
