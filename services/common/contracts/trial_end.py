@@ -3,8 +3,9 @@
 A trial ends when its agent has exited, so every call it made has had its answer; what may still
 be in flight is the proxy's own logging of the last ones. The proxy waits for those, flushes
 its writer, forgets the trial's threads and answers the records: no settle delay on either side.
-With several proxy pods the one that takes the end passes it on to the others first (``?scope=process``:
-the same wait, flush and forgetting, no records), since a trial's calls may have gone to any of them.
+With several proxy pods the one that takes the end also passes it on to the others before it reads
+the files (``?scope=process``: the same wait, flush and forgetting, no records), since a trial's calls
+may have gone to any of them.
 
 The route takes an *end token*, an HMAC of the trial under the proxy's trial-key secret, which
 the env server can compute and the agent (holding only its trial key) cannot: an agent cannot
