@@ -1,4 +1,4 @@
-"""A trial's end passed on to peer proxies: every address a DNS name gives, and a dead peer named, not waited on."""
+"""A trial's end passed on to peer proxies: every address a DNS name gives, and a dead peer named."""
 
 from __future__ import annotations
 
@@ -15,15 +15,20 @@ def closed_port() -> int:
 
 
 def test_a_dns_name_gives_every_address_as_a_peer_on_the_proxys_port():
-    peers = Peers([], "localhost", 4123, timeout=5)
-    peers.own = set()
-    urls = asyncio.run(peers.addresses())
+    async def addresses(own: set[str]) -> list[str]:
+        peers = Peers([], "localhost", 4123, timeout=5)
+        peers.own = own
+        try:
+            return await peers.addresses()
+        finally:
+            await peers.aclose()
+
+    urls = asyncio.run(addresses(set()))
     assert "http://127.0.0.1:4123" in urls and all(u.endswith(":4123") for u in urls)
-    peers.own = {"127.0.0.1"}  # a pod skips its own entry
-    assert "http://127.0.0.1:4123" not in asyncio.run(peers.addresses())
+    assert "http://127.0.0.1:4123" not in asyncio.run(addresses({"127.0.0.1"}))  # a pod skips its own entry
 
 
-def test_a_peer_that_does_not_answer_is_named_and_the_rest_still_count():
+def test_a_peer_that_does_not_answer_is_named_and_an_unresolvable_name_is_no_peer():
     dead = f"http://127.0.0.1:{closed_port()}"
 
     async def end():
