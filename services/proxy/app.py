@@ -199,11 +199,11 @@ class ProxyApp:
             return JSONResponse({"error": {"message": f"scope: {PEER_SCOPE!r} or none", "param": "scope"}}, status_code=400)
         if scope == PEER_SCOPE:
             return JSONResponse(TrialEnd(run=run, trial=trial, in_flight=await self._end_here(run, trial)).model_dump(mode="json"))
-        in_flight, peers = await asyncio.gather(self._end_here(run, trial), self.peers.end(run, trial, presented))
-        records = await asyncio.to_thread(read_trajectory, self.settings.trials_dir / run / trial)
+        in_flight, ended = await asyncio.gather(self._end_here(run, trial), self.peers.end(run, trial, presented))
+        ended.records = await asyncio.to_thread(read_trajectory, self.settings.trials_dir / run / trial)
+        ended.in_flight += in_flight
         self.metrics.trials_ended.inc()
-        body = TrialEnd(run=run, trial=trial, records=records, in_flight=in_flight + peers.in_flight, unreached=peers.unreached)
-        return JSONResponse(body.model_dump(mode="json"))
+        return JSONResponse(ended.model_dump(mode="json"))
 
     async def _end_here(self, run: str, trial: str) -> int:
         """This process's part of a trial's end; the calls it was still logging when the wait ran out."""

@@ -13,7 +13,6 @@ import asyncio
 import ipaddress
 import logging
 import socket
-from dataclasses import dataclass, field
 
 import httpx
 
@@ -24,19 +23,14 @@ log = logging.getLogger(__name__)
 PEER_SCOPE = "process"
 
 
-@dataclass
-class PeersEnded:
-    in_flight: int = 0
-    unreached: list[str] = field(default_factory=list)
-
-
 class Peers:
     def __init__(self, urls: list[str], dns_name: str | None, port: int, timeout: float) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self.dns_name, self.port = dns_name, port
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=3.0))
-        self.own = _own_addresses()
-        """This pod's addresses: its own entry in the headless Service's answer is skipped."""
+        self.own: set[str] | None = None
+        """This pod's addresses (looked up at the first end that resolves ``dns_name``): its own entry in
+        the headless Service's answer is skipped."""
 
     async def addresses(self) -> list[str]:
         urls = list(self.urls)
@@ -46,17 +40,20 @@ class Peers:
             except OSError as exc:  # no peers ready (or DNS down): this pod's own part still counts
                 log.warning("peers: cannot resolve %s (%s)", self.dns_name, exc)
                 infos = []
+            if self.own is None:
+                self.own = await _own_addresses()
             for ip in sorted({info[4][0] for info in infos} - self.own):
                 host = f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
                 urls.append(f"http://{host}:{self.port}")
         return urls
 
-    async def end(self, run: str, trial: str, token: str) -> PeersEnded:
-        """Every peer's part of ending the trial, all at once; a peer that does not answer is named (a dead
-        pod refuses the connection or costs the 3 s connect timeout), and the others still count."""
+    async def end(self, run: str, trial: str, token: str) -> TrialEnd:
+        """Every peer's part of ending the trial, all at once (no records: the caller reads the files); a
+        peer that does not answer is named (a dead pod refuses the connection or costs the 3 s connect
+        timeout), and the others still count."""
         urls = await self.addresses()
         replies = await asyncio.gather(*(self._end_one(url, run, trial, token) for url in urls))
-        ended = PeersEnded()
+        ended = TrialEnd(run=run, trial=trial)
         for url, reply in zip(urls, replies, strict=True):
             if reply is None:
                 ended.unreached.append(url)
@@ -77,8 +74,9 @@ class Peers:
         await self.client.aclose()
 
 
-def _own_addresses() -> set[str]:
+async def _own_addresses() -> set[str]:
     try:
-        return set(socket.gethostbyname_ex(socket.gethostname())[2])
+        infos = await asyncio.get_running_loop().getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)
     except OSError:
         return set()
+    return {info[4][0] for info in infos}
