@@ -41,6 +41,7 @@ from rlstack.proxy.front import FrontMiddleware, Refused
 from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
 from rlstack.proxy.metrics import ProxyMetrics
 from rlstack.proxy.peers import PEER_SCOPE, Peers
+from rlstack.proxy.thread_log import ThreadLog
 from rlstack.proxy.tokenin import TokenInUpstream
 from rlstack.proxy.writer import TrajectoryWriter
 
@@ -62,19 +63,18 @@ class ProxyApp:
         self.view = ReplicaView(settings.served_model_name, settings.default_max_context)
         api_key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
         self.registry_client = RegistryClient(str(settings.registry_url), settings.registry_token.get_secret_value() if settings.registry_token else None)
-        self.token_in = TokenInUpstream(self.view, api_key, settings.request_timeout_seconds) if settings.token_in else None
+        writer_id = writer_id_for(settings)
+        self.token_in = TokenInUpstream(
+            self.view, api_key, settings.request_timeout_seconds, ThreadLog(settings.trials_dir, writer_id),
+            self.metrics.threads_adopted.inc) if settings.token_in else None
         self.discovery = Discovery(self.registry_client, self.view, self._apply, api_key, settings.request_timeout_seconds,
                                    settings.watch_timeout_seconds, relay=self.token_in)
-        self.writer = TrajectoryWriter(settings.trials_dir, writer_id_for(settings), self.metrics.trajectory_lines)
+        self.writer = TrajectoryWriter(settings.trials_dir, writer_id, self.metrics.trajectory_lines)
         self.hooks = RLStackHooks(self.view, self.discovery, self.writer, self.metrics, sticky=settings.sticky_routing,
                                   token_in=self.token_in)
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
         self.peers = Peers([str(u) for u in settings.peer_urls], settings.peers_dns, settings.port, END_WAIT_SECONDS + 10)
-        if self.token_in is not None and settings.workers > 1:
-            log.warning("token-in with %d workers: a trial's threads live in the worker that served its last call, so a "
-                        "continued call that lands on another worker goes un-spliced; scale with pods of one worker",
-                        settings.workers)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
                                      stream_shim=settings.stream_mode == "shim", authorize=self._authorize)

@@ -142,6 +142,7 @@ class RLStackHooks(CustomLogger):
             splice=SpliceInfo(onto=splice.onto, prefix_tokens=splice.prefix_tokens, tail_tokens=splice.tail_tokens,
                               rerendered_exact=splice.rerendered_exact, retry=splice.retry) if splice else None,
             segment=outcome.segment if outcome else None,  # type: ignore[arg-type]
+            thread=outcome.head.logged() if outcome and outcome.head and not error else None,
         )
         self.writer.submit(record)
         self.metrics.observe_call(record)

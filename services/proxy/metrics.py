@@ -32,6 +32,9 @@ class ProxyMetrics:
                                 "spliced (exact ids of the thread + rendered tail), repaired (spliced where re-rendering "
                                 "the history would have drifted), edited (the agent changed its history: new segment), "
                                 "unspliced (other)", ["outcome"], registry=registry)
+        self.threads_adopted = Counter("rlstack_proxy_thread_heads_adopted", "Thread heads taken up from other proxy "
+                                       "processes' records (their pod died, or another worker served the call before)",
+                                       registry=registry)
         self.trials_ended = Counter("rlstack_proxy_trials_ended", "Trials an env declared over (their records handed back)",
                                     registry=registry)
         self._last_seen: dict[str, float] = {}

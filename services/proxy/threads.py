@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rlstack.common.contracts.trajectory import ThreadHead, TrajectoryRecord
+
 MAX_HEADS_PER_TRIAL = 16
 """Threads followed per trial (main thread, side calls, sub-agents); the least recent goes first."""
 MAX_TRIALS = 20_000
@@ -93,6 +95,31 @@ class Head:
     setting: bytes = b""
     """``setting_key`` of the thread's requests: its system prompt and tools."""
 
+    def logged(self) -> ThreadHead:
+        """What the call's record carries so another process can rebuild this head (``from_record``)."""
+        return ThreadHead(rendered_len=self.rendered_len, rendered_fp=self.rendered_fp.hex(), stable_fp=self.stable_fp.hex(),
+                          turn_end=self.turn_end, root_len=self.root_len, root_fp=self.root_fp.hex(),
+                          messages_len=self.messages_len, reply=self.reply, request_key=self.request_key.hex(),
+                          setting=self.setting.hex(), tokens_fp=fingerprint(self.tokens, len(self.tokens)).hex())
+
+    @classmethod
+    def from_record(cls, record: TrajectoryRecord) -> Head | None:
+        """The head a record's call left, or None when it left none or its ids are not the ones sent."""
+        logged = record.thread
+        if logged is None or record.status != "ok" or not record.choices:
+            return None
+        tokens = ids_array([*record.prompt_token_ids, *record.choices[0].completion_token_ids])
+        try:
+            if fingerprint(tokens, len(tokens)) != bytes.fromhex(logged.tokens_fp):
+                return None
+            return cls(request_id=record.request_id, rendered_len=logged.rendered_len,
+                       rendered_fp=bytes.fromhex(logged.rendered_fp), stable_fp=bytes.fromhex(logged.stable_fp),
+                       tokens=tokens, prompt_len=len(record.prompt_token_ids), turn_end=logged.turn_end,
+                       root_len=logged.root_len, root_fp=bytes.fromhex(logged.root_fp), messages_len=logged.messages_len,
+                       reply=logged.reply, request_key=bytes.fromhex(logged.request_key), setting=bytes.fromhex(logged.setting))
+        except ValueError:  # not hex: a record this process cannot have written
+            return None
+
 
 @dataclass
 class Splice:
@@ -125,6 +152,8 @@ class ThreadTable:
 
     def __init__(self, max_trials: int = MAX_TRIALS, idle_seconds: float = TRIAL_IDLE_SECONDS) -> None:
         self.trials: OrderedDict[str, TrialThreads] = OrderedDict()
+        self.ended: OrderedDict[str, None] = OrderedDict()
+        """Trials an env declared over: their threads are never taken up again from a log."""
         self.max_trials, self.idle_seconds = max_trials, idle_seconds
         self.turn_ends: set[int] = set()
         """End-of-turn ids seen closing a reply (to close a cut reply's turn the way the template does)."""
@@ -134,13 +163,16 @@ class ThreadTable:
 
     def may_continue(self, trial: str, messages: Sequence[dict[str, Any]]) -> bool:
         """Cheap check on the messages alone before anything is rendered: does the request answer
-        one of the trial's heads with that head's own reply, or repeat its request?"""
+        one of the trial's heads with that head's own reply, or repeat its request?
+
+        A request with a later reply than the head's continues a call this process did not serve
+        (another pod or worker did: ``thread_log``), or a reply the agent wrote itself: not this head."""
         state = self.trials.get(trial)
         if state is None:
             return False
         key: bytes | None = None
         for head in state.heads:
-            if _replied(head, messages):
+            if _replied(head, messages) and not _answered_since(head, messages):
                 return True
             if len(messages) == head.messages_len:
                 key = key or messages_key(messages[-1:])
@@ -206,7 +238,7 @@ class ThreadTable:
 
     def record(self, trial: str, request_id: str, rendered: Sequence[int], plan: Plan, completion: Sequence[int],
                finish_reason: str | None, eos_stop: bool, messages: Sequence[dict[str, Any]] = (),
-               reply: dict[str, Any] | None = None, tools: Any = None) -> None:
+               reply: dict[str, Any] | None = None, tools: Any = None) -> Head:
         """A call answered: it becomes the head of its thread (replacing the head it continued)."""
         state = self.trials.get(trial)
         if state is None:
@@ -229,9 +261,39 @@ class ThreadTable:
         state.heads.append(head)
         del state.heads[:-MAX_HEADS_PER_TRIAL]
         self._expire()
+        return head
+
+    def adopt(self, trial: str, heads: Sequence[tuple[Head, str | None]]) -> int:
+        """Heads other proxy processes made for ``trial`` (read back from their records), oldest first,
+        each with the head it replaced there: taken up as if this process had recorded them.
+        Returns how many were new; none for a trial that has ended."""
+        if trial in self.ended or not heads:
+            return 0
+        state = self.trials.get(trial)
+        if state is None:
+            state = self.trials[trial] = TrialThreads()
+        known = {h.request_id for h in state.heads}
+        adopted = 0
+        for head, replaced in heads:
+            if head.request_id in known:
+                continue
+            state.heads = [h for h in state.heads if h.request_id != replaced]
+            state.heads.append(head)
+            known.add(head.request_id)
+            adopted += 1
+            if head.turn_end is not None:
+                self.turn_ends.add(head.turn_end)
+        del state.heads[:-MAX_HEADS_PER_TRIAL]
+        state.seen = time.monotonic()
+        self.trials.move_to_end(trial)
+        self._expire()
+        return adopted
 
     def end(self, trial: str) -> None:
         self.trials.pop(trial, None)
+        self.ended[trial] = None
+        while len(self.ended) > self.max_trials:
+            self.ended.popitem(last=False)
 
     def _expire(self) -> None:
         cutoff = time.monotonic() - self.idle_seconds
@@ -243,8 +305,8 @@ class ThreadTable:
 
 
 def reply_key(message: dict[str, Any]) -> str:
-    """An assistant message as what it says: its text (parts joined, trimmed) and its tool calls
-    (name, parsed arguments); ids, empty blocks and JSON spacing do not count."""
+    """A digest of an assistant message as what it says: its text (parts joined, trimmed) and its tool
+    calls (name, parsed arguments); ids, empty blocks and JSON spacing do not count."""
     content = message.get("content")
     if isinstance(content, list):
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
@@ -258,7 +320,8 @@ def reply_key(message: dict[str, Any]) -> str:
             except ValueError:
                 pass
         calls.append([function.get("name"), arguments])
-    return json.dumps([(content or "").strip(), calls], sort_keys=True)
+    key = json.dumps([(content or "").strip(), calls], sort_keys=True, default=str)
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
 def messages_key(messages: Sequence[dict[str, Any]]) -> bytes:
@@ -280,6 +343,10 @@ def _replied(head: Head, messages: Sequence[dict[str, Any]]) -> bool:
         return False
     message = messages[head.messages_len]
     return isinstance(message, dict) and message.get("role") == "assistant" and reply_key(message) == head.reply
+
+
+def _answered_since(head: Head, messages: Sequence[dict[str, Any]]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages[head.messages_len + 1:])
 
 
 def _stable(length: int) -> int:

@@ -8,7 +8,9 @@ to render the request (``/v1/chat/completions/render``), sends the spliced ids t
 into a chat message (``/v1/chat/completions/derender``). LiteLLM receives an ordinary chat
 completion (``prompt_token_ids`` = the ids really sent) and turns it into the client's dialect.
 
-A call that continues nothing (a trial's first, a side call, an edited history: told from the
+A call that continues none of this process's heads first takes up the heads other proxy
+processes logged for the trial (``thread_log``: a pod that died, another worker). A call that
+still continues nothing (a trial's first, a side call, an edited history: told from the
 messages before anything is rendered), streaming calls and ``n > 1`` go to
 ``/v1/chat/completions`` unchanged, one hop as without token-in. The listener answers only LiteLLM: every request must carry this process's random
 token, so a sandbox that finds the port cannot write into a trial's threads.
@@ -16,11 +18,13 @@ token, so a sandbox that finds the port cannot write into a trial's threads.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import secrets
 import socket
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +34,8 @@ from aiohttp import web
 
 from rlstack.proxy.discovery import ReplicaView
 from rlstack.proxy.sse import dumps, loads
-from rlstack.proxy.threads import Plan, Splice, ThreadTable, ended_on_turn_end
+from rlstack.proxy.thread_log import ThreadLog
+from rlstack.proxy.threads import Head, Plan, Splice, ThreadTable, ended_on_turn_end
 
 log = logging.getLogger(__name__)
 TRIAL_HEADER = "x-rlstack-trial"
@@ -43,6 +48,7 @@ MAX_OUTCOMES = 4096
 class CallOutcome:
     splice: Splice | None
     segment: str | None
+    head: Head | None = None
 
 
 class UpstreamError(Exception):
@@ -52,8 +58,12 @@ class UpstreamError(Exception):
 
 
 class TokenInUpstream:
-    def __init__(self, view: ReplicaView, replica_api_key: str | None, timeout: float) -> None:
+    def __init__(self, view: ReplicaView, replica_api_key: str | None, timeout: float,
+                 thread_log: ThreadLog | None = None, adopted: Callable[[int], None] | None = None) -> None:
         self.view = view
+        self.thread_log = thread_log
+        self.adopted = adopted
+        """Told how many heads each take-up from the log brought (the proxy's metric)."""
         self.token = secrets.token_urlsafe(24)
         """What LiteLLM sends as its api key: only this process knows it."""
         self.replica_headers = {"content-type": "application/json"}
@@ -94,6 +104,8 @@ class TokenInUpstream:
 
     def end_trial(self, trial: str) -> None:
         self.threads.end(trial)
+        if self.thread_log is not None:
+            self.thread_log.forget(trial)
 
     async def chat(self, request: web.Request) -> web.Response:
         if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}"):
@@ -112,7 +124,8 @@ class TokenInUpstream:
             if not trial or (body.get("n") or 1) != 1:
                 return _json(await self._post(f"{base}/v1/chat/completions", raw))
             messages = body.get("messages") or []
-            if not self.threads.may_continue(trial, messages):  # a first call, a side call or an edited history
+            if not self.threads.may_continue(trial, messages) and not await self._take_up(trial, messages):
+                # a first call, a side call or an edited history
                 answer = await self._post(f"{base}/v1/chat/completions", raw)
                 turn_end = await self._turn_end(base, endpoint.id, body.get("model"))
                 prompt = answer.get("prompt_token_ids") or []
@@ -131,6 +144,20 @@ class TokenInUpstream:
         except (ValueError, KeyError, TypeError) as exc:  # an answer not shaped as vLLM's: say so, never a bare 500
             log.exception("replica %s: unexpected answer", endpoint.id)
             return _error(502, f"replica {endpoint.id}: unexpected answer ({type(exc).__name__}: {exc})")
+
+    async def _take_up(self, trial: str, messages: list) -> bool:
+        """Take up the heads other processes logged for the trial since the last look; does the call
+        continue one of them now?"""
+        if self.thread_log is None or trial in self.threads.ended:
+            return False
+        heads = await asyncio.to_thread(self.thread_log.new_heads, trial)
+        adopted = self.threads.adopt(trial, heads)
+        if not adopted:
+            return False
+        log.info("trial %s: took up %d thread head(s) from other proxy processes' records", trial, adopted)
+        if self.adopted is not None:
+            self.adopted(adopted)
+        return self.threads.may_continue(trial, messages)
 
     async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any], replica_id: str) -> dict:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
@@ -160,11 +187,11 @@ class TokenInUpstream:
         if not choices or not rendered:
             return
         choice = choices[0]
-        self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
+        head = self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
                             choice.get("finish_reason"), eos_stop, messages=body.get("messages") or [],
                             reply=choice.get("message") or {}, tools=body.get("tools"))
         if call_id:
-            self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment)
+            self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment, head)
             while len(self.outcomes) > MAX_OUTCOMES:
                 self.outcomes.popitem(last=False)
 

@@ -43,6 +43,28 @@ class SpliceInfo(BaseModel):
     """The same request as ``onto``'s again: the same prompt, a new sample."""
 
 
+class ThreadHead(BaseModel):
+    """What token-in keeps of a call as the head of its thread, beside the record's own ids, so that
+    another proxy process can continue the thread from the log (a pod that died, another worker).
+
+    Fingerprints and keys are blake2b digests in hex: matching a later request needs only equality."""
+
+    rendered_len: int
+    rendered_fp: str
+    stable_fp: str
+    """The rendering less its generation prompt's boundary id: what a continuation starts with."""
+    turn_end: int | None = None
+    root_len: int
+    root_fp: str
+    messages_len: int
+    reply: str
+    request_key: str
+    setting: str
+    tokens_fp: str
+    """Of ``prompt_token_ids`` + the first choice's ``completion_token_ids``: a head whose ids did not
+    reach the log as they were sent is never continued from it."""
+
+
 class TrajectoryRecord(BaseModel):
     run_id: str
     trial_id: str
@@ -68,6 +90,8 @@ class TrajectoryRecord(BaseModel):
     segment: Literal["history_edited", "no_turn_end"] | None = None
     """Why a call of a known conversation was not spliced and starts a new segment: the agent changed
     its history (compaction, an edited turn), or the reply it continues has no end-of-turn token."""
+    thread: ThreadHead | None = None
+    """Set by token-in for a call that became its thread's head."""
 
 
 TRAJECTORY_STEM = "litellm-trajectory"

@@ -1,7 +1,8 @@
 """Several proxy processes (a second "pod" running two workers, beside the session's proxy)
 share one trials directory: every call of every trial is logged exactly once, whole, whichever
-process served it, the workers' metrics add up on one /metrics, and a trial's end taken by one
-pod reaches the pod that served the trial."""
+process served it, the workers' metrics add up on one /metrics, a trial's end taken by one pod
+reaches the pod that served the trial, and a thread goes on, on its exact ids, in whichever
+process its next call lands (another pod, another worker, a pod that took over from a dead one)."""
 
 from __future__ import annotations
 
@@ -105,6 +106,64 @@ def test_an_end_taken_by_another_pod_reaches_the_pod_that_served_the_trial(proxy
     # The serving pod forgot the trial's threads: a late call there is not spliced onto them.
     openai_turn(proxy, key, messages, stream=False)
     assert proxy.lines(run, trial, expect=3)[-1]["splice"] is None
+
+
+def one_worker_proxy(registry, proxy, stack_logs):
+    return start_service(
+        "proxy",
+        ["--registry-url", registry.url, "--trials-dir", str(proxy.trials_dir), "--trial-key-secret", SECRET,
+         "--max-tokens-cap", "64", "--watch-timeout-seconds", "2"],
+        stack_logs, python=PROXY_PYTHON, ready_timeout=180,
+    )
+
+
+def assert_one_thread(lines: list[dict]) -> None:
+    """Every call after the first is sent on the exact ids of the call before it."""
+    for before, after in zip(lines, lines[1:], strict=False):
+        exact = before["prompt_token_ids"] + before["choices"][0]["completion_token_ids"]
+        assert after["splice"] is not None and after["splice"]["onto"] == before["request_id"], after["splice"]
+        assert after["prompt_token_ids"][: len(exact)] == exact
+
+
+def test_a_thread_goes_on_in_another_pod_when_the_pod_that_served_it_dies(registry, replica, proxy, stack_logs):
+    from tests.integration.inference.test_proxy_token_in import openai_turn
+
+    run, trial = "scale", "pod-died"
+    key = proxy.key(run, trial)
+    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List the files."}]
+    doomed = one_worker_proxy(registry, proxy, stack_logs)
+    try:
+        messages += [openai_turn(doomed, key, messages, stream=False), {"role": "user", "content": "step 0"}]
+        messages += [openai_turn(doomed, key, messages, stream=False), {"role": "user", "content": "step 1"}]
+        proxy.lines(run, trial, expect=2)  # logged before the pod dies, as the calls of a live pod are
+    finally:
+        doomed.proc.kill()
+        doomed.proc.wait(30)
+    for n in range(2, 4):  # the Service now sends the sandbox's calls to the surviving pod
+        messages += [openai_turn(proxy, key, messages, stream=False), {"role": "user", "content": f"step {n}"}]
+    lines = proxy.lines(run, trial, expect=4)
+    assert len(lines) == 4
+    assert_one_thread(lines)
+    assert lines[0]["splice"] is None and all(r["thread"] is not None for r in lines)
+    metrics = httpx.get(f"{proxy.url}/metrics").text
+    assert re.search(r"^rlstack_proxy_thread_heads_adopted_total [1-9]", metrics, re.M)
+
+
+def test_a_thread_whose_calls_alternate_between_pods_stays_one_thread(proxy, two_worker_proxy):
+    """Each process, holding a head the other has since continued, takes up the newer head from the
+    log rather than splicing onto its own (which would re-render the other's reply)."""
+    from tests.integration.inference.test_proxy_token_in import openai_turn
+
+    run, trial = "scale", "alternating"
+    key = proxy.key(run, trial)
+    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List the files."}]
+    for n in range(5):
+        at = (proxy, two_worker_proxy)[n % 2]
+        messages += [openai_turn(at, key, messages, stream=False), {"role": "user", "content": f"step {n}"}]
+        proxy.lines(run, trial, expect=n + 1)  # a tool runs between calls: the record is written by then
+    lines = proxy.lines(run, trial, expect=5)
+    assert len(trajectory_files(proxy.trials_dir / run / trial)) >= 2
+    assert_one_thread(lines)
 
 
 def proxy_lines_settled(trial_dir: Path, expect: int, timeout: float = 20.0) -> list[TrajectoryRecord]:
