@@ -26,6 +26,8 @@ from rlstack.proxy.threads import MAX_TRIALS, Head
 
 log = logging.getLogger(__name__)
 _ID = re.compile(ID_PATTERN)
+NO_HEAD = b'"thread":null}'
+"""How a record with no head ends (``thread`` is its last field; the request's own keys come before it)."""
 
 
 class ThreadLog:
@@ -76,7 +78,7 @@ class ThreadLog:
         offsets[path.name] = start + whole
         records = []
         for line in data[:whole].split(b"\n"):
-            if not line.strip() or b'"thread":null' in line:  # a call that left no head: not worth parsing
+            if not line.strip() or line.rstrip().endswith(NO_HEAD):  # a call that left no head: not worth parsing
                 continue
             try:
                 records.append(TrajectoryRecord.model_validate_json(line))

@@ -134,3 +134,15 @@ def test_a_line_still_being_written_is_read_when_whole_and_the_own_file_is_never
     mine = ThreadLog(tmp_path, "pod-a-1")  # the writer's own records are already in its table
     assert mine.new_heads(TRIAL) == []
     assert ThreadLog(tmp_path, "pod-b-1").new_heads("../../etc/passwd") == []
+
+
+def test_a_request_that_carries_its_own_thread_null_key_still_leaves_its_head(tmp_path: Path) -> None:
+    """Lines without a head are skipped unparsed by how they end; the agent's request text cannot fake that."""
+    renderings, histories, replies = conversation(1)
+    served = Served(tmp_path, "pod-a-1")
+    served.call("c0", renderings[0], histories[0], replies[0], "r0")
+    record = TrajectoryRecord.model_validate_json(served.path.read_text())
+    record.request = {"thread": None, "messages": histories[0]}
+    served.path.write_text(record.model_dump_json() + "\n")
+    assert b'"thread":null' in served.path.read_bytes()
+    assert [h.request_id for h, _ in ThreadLog(tmp_path, "pod-b-1").new_heads(TRIAL)] == ["c0"]
