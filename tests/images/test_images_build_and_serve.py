@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.helpers.wait import wait_until
-from tests.images.podman import LIMITS, PODMAN, build, missing_tools, run
+from tests.images.podman import LIMITS, PODMAN, built, missing_tools, run
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,15 +41,15 @@ def serve_and_stop(image: str, module: str, env: dict[str, str], port: int) -> N
 
 
 def test_trainer_image_runs_a_service():
-    image = build("Dockerfile.trainer", "localhost/rlstack-trainer:test", "TORCH_INDEX_URL=https://pypi.org/simple")
-    port = free_port()
-    serve_and_stop(image, "rlstack.registry", {"RLSTACK_REGISTRY_PORT": str(port)}, port)
-    # The trainer's own imports (torch, transformers, peft) resolve in the image.
-    run(*PODMAN, "run", "--rm", *LIMITS, image, "python", "-c", "import torch, transformers, peft, rlstack.trainer.loop")
+    with built("Dockerfile.trainer", "localhost/rlstack-trainer:test", "TORCH_INDEX_URL=https://pypi.org/simple") as image:
+        port = free_port()
+        serve_and_stop(image, "rlstack.registry", {"RLSTACK_REGISTRY_PORT": str(port)}, port)
+        # The trainer's own imports (torch, transformers, peft) resolve in the image.
+        run(*PODMAN, "run", "--rm", *LIMITS, image, "python", "-c", "import torch, transformers, peft, rlstack.trainer.loop")
 
 
 def test_proxy_image_runs_the_proxy():
-    image = build("Dockerfile.proxy", "localhost/rlstack-proxy:test")
-    port = free_port()
-    serve_and_stop(image, "rlstack.proxy", {"RLSTACK_PROXY_PORT": str(port), "RLSTACK_PROXY_TRIALS_DIR": "/tmp/trials",
-                                            "RLSTACK_PROXY_REGISTRY_URL": f"http://127.0.0.1:{free_port()}"}, port)
+    with built("Dockerfile.proxy", "localhost/rlstack-proxy:test") as image:
+        port = free_port()
+        serve_and_stop(image, "rlstack.proxy", {"RLSTACK_PROXY_PORT": str(port), "RLSTACK_PROXY_TRIALS_DIR": "/tmp/trials",
+                                                "RLSTACK_PROXY_REGISTRY_URL": f"http://127.0.0.1:{free_port()}"}, port)
