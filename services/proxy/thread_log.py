@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from rlstack.common.contracts.trajectory import TrajectoryRecord, trajectory_file, trajectory_files
 from rlstack.common.names import ID_PATTERN
-from rlstack.proxy.threads import MAX_TRIALS, Head
+from rlstack.proxy.threads import MAX_TRIALS, Head, replaced_head
 
 log = logging.getLogger(__name__)
 _ID = re.compile(ID_PATTERN)
@@ -58,8 +58,7 @@ class ThreadLog:
         for record in records:
             head = Head.from_record(record)
             if head is not None:
-                splice = record.splice
-                heads.append((head, splice.onto if splice is not None and not splice.retry else None))
+                heads.append((head, replaced_head(record.splice)))
         return heads
 
     def forget(self, trial: str) -> None:

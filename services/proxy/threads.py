@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlstack.common.contracts.trajectory import ThreadHead, TrajectoryRecord
+from rlstack.common.contracts.trajectory import SpliceInfo, ThreadHead, TrajectoryRecord
 
 MAX_HEADS_PER_TRIAL = 16
 """Threads followed per trial (main thread, side calls, sub-agents); the least recent goes first."""
@@ -240,14 +240,7 @@ class ThreadTable:
                finish_reason: str | None, eos_stop: bool, messages: Sequence[dict[str, Any]] = (),
                reply: dict[str, Any] | None = None, tools: Any = None) -> Head:
         """A call answered: it becomes the head of its thread (replacing the head it continued)."""
-        state = self.trials.get(trial)
-        if state is None:
-            state = self.trials[trial] = TrialThreads()
-        self.trials.move_to_end(trial)
-        state.seen = time.monotonic()
         turn_end = completion[-1] if completion and eos_stop and finish_reason in ("stop", "tool_calls") else None
-        if turn_end is not None:
-            self.turn_ends.add(turn_end)
         arr = ids_array(rendered)
         parent = plan.parent
         stable_fp, rendered_fp = stable_and_full_fingerprints(arr)
@@ -256,10 +249,8 @@ class ThreadTable:
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
                     request_key=messages_key(messages[-1:]), setting=setting_key(messages, tools))
-        if parent is not None and plan.splice is not None and not plan.splice.retry and parent in state.heads:
-            state.heads.remove(parent)
-        state.heads.append(head)
-        del state.heads[:-MAX_HEADS_PER_TRIAL]
+        state = self._touch(trial)
+        self._push(state, head, replaced_head(plan.splice))
         self._expire()
         return head
 
@@ -269,25 +260,33 @@ class ThreadTable:
         Returns how many were new; none for a trial that has ended."""
         if trial in self.ended or not heads:
             return 0
-        state = self.trials.get(trial)
-        if state is None:
-            state = self.trials[trial] = TrialThreads()
+        state = self._touch(trial)
         known = {h.request_id for h in state.heads}
         adopted = 0
         for head, replaced in heads:
-            if head.request_id in known:
-                continue
-            state.heads = [h for h in state.heads if h.request_id != replaced]
-            state.heads.append(head)
-            known.add(head.request_id)
-            adopted += 1
-            if head.turn_end is not None:
-                self.turn_ends.add(head.turn_end)
-        del state.heads[:-MAX_HEADS_PER_TRIAL]
-        state.seen = time.monotonic()
-        self.trials.move_to_end(trial)
+            if head.request_id not in known:
+                self._push(state, head, replaced)
+                known.add(head.request_id)
+                adopted += 1
         self._expire()
         return adopted
+
+    def _touch(self, trial: str) -> TrialThreads:
+        state = self.trials.get(trial)
+        if state is None:
+            state = self.trials[trial] = TrialThreads()
+        self.trials.move_to_end(trial)
+        state.seen = time.monotonic()
+        return state
+
+    def _push(self, state: TrialThreads, head: Head, replaced: str | None) -> None:
+        """``head`` becomes a head of the trial, in place of the head ``replaced`` names (the one it continued)."""
+        if replaced is not None:
+            state.heads = [h for h in state.heads if h.request_id != replaced]
+        state.heads.append(head)
+        del state.heads[:-MAX_HEADS_PER_TRIAL]
+        if head.turn_end is not None:
+            self.turn_ends.add(head.turn_end)
 
     def end(self, trial: str) -> None:
         self.trials.pop(trial, None)
@@ -302,6 +301,12 @@ class ThreadTable:
             if len(self.trials) <= self.max_trials and state.seen >= cutoff:
                 return
             del self.trials[trial]
+
+
+def replaced_head(splice: Splice | SpliceInfo | None) -> str | None:
+    """The head a call replaced: the one it was spliced onto, unless it was a retry (a new sample of the
+    same turn, beside the old one)."""
+    return splice.onto if splice is not None and not splice.retry else None
 
 
 def reply_key(message: dict[str, Any]) -> str:
