@@ -1,112 +1,136 @@
-"""GRPO step vs a plain masked cross-entropy step on the same tokens: time, tokens/s, MFU, peak memory.
+"""The trainer's own step (``Engine``) beside a plain training step on the same tokens: tokens/s, MFU, peak memory.
 
-Both sides get the same model, the same batch (``--groups`` groups of ``--group-size``
-sequences of ``--prompt`` + up to ``--completion`` tokens), the same micro-batching, grad
-clipping and optimiser. The baseline is what a plain trainer does: the model's own loss over
-full float32 logits of every position. The GRPO step projects only trained tokens, in chunks,
-and can pack rows (``--pack-tokens``), so its peak memory should be well below the baseline's.
+Every path runs in this one process (one rank per GPU under torchrun), one after the other,
+each on a model built afresh with the same seed:
 
-    python bench/trainer.py [--model models/tiny | --shape qwen2-1.5b] [--device cuda] [--repeats 5]
+- ``plain``: what a plain trainer gets from the GPU: bf16 weights, fused AdamW, the model's own
+  loss over full logits, the batch's tokens laid out as full rows (no padding, no mask);
+- ``padded``: ``Engine.step`` on padded micro-batches of ``--micro-batch-size`` rows;
+- ``packed``: ``Engine.step`` on rows packed up to ``--pack-tokens`` tokens;
+- ``packed-sdpa``: the same with ``attention=sdpa`` (transformers' dense block mask: the old path);
+- ``packed-fa2``: packed, with every row on torch's varlen (flash-attention-2) kernel, long rows too
+  (``attention.LONG_SEQUENCES`` otherwise sends those through cuDNN one sequence at a time).
 
-``--shape`` builds a randomly initialised Qwen2 of that size from its config (no download).
-MFU counts 6 x parameters x tokens per step against ``--peak-tflops`` (H100 bf16 dense: 989; on
-a CPU no peak is assumed and MFU is left out). Last line: one JSON object with every figure.
+``Engine`` is what the trainer Deployment runs: under torchrun it shards with FSDP2 and bf16
+mixed precision over float32 master weights, as the chart's trainer does; in a plain process it
+is the local trainer. Random weights in the named Qwen2 shape, built directly on the device.
+
+    python bench/trainer.py                      # CPU, the demo model's shape (tiny)
+    torchrun --nproc-per-node 1 bench/trainer.py --device cuda --shape qwen2-1.5b \\
+        --groups 16 --group-size 8 --prompt 512 --completion 256:512 --micro-batch-size 8 --pack-tokens 16384
+
+MFU counts 6 x parameters x tokens per step against ``--peak-tflops`` (989: H100/H200 bf16
+dense); none is assumed on a CPU. Prints a table and, last, one JSON object with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import random
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.progress import track
+from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO  # noqa: E402
+from _harness import REPO  # noqa: E402, F401 - puts the repo first on sys.path
 
-from rlstack.trainer.batch import TrainBatch, to_tensors  # noqa: E402
-from rlstack.trainer.loss import GRPOLossConfig  # noqa: E402
-from rlstack.trainer.step import as_policy, grpo_step  # noqa: E402
+from rlstack.trainer import attention  # noqa: E402
+from rlstack.trainer.config import TrainerSettings  # noqa: E402
+from rlstack.trainer.distributed import DistContext, init_distributed, shutdown  # noqa: E402
+from rlstack.trainer.engine import Engine  # noqa: E402
+from rlstack.trainer.shapes import qwen2_config  # noqa: E402
 
 console = Console(stderr=True)
 GIB = 1024**3
+PATHS = ("plain", "padded", "packed", "packed-sdpa", "packed-fa2")
 
 
-def make_batch(vocab: int, groups: int, group_size: int, prompt: int, completion: int) -> TrainBatch:
-    rng = random.Random(0)
-    scored = []
+def make_groups(vocab: int, groups: int, group_size: int, prompt: int, completion: tuple[int, int], seed: int = 0) -> list[dict]:
+    """Atropos groups (what ``Engine.step`` takes): a shared prompt, completions of uneven length."""
+    rng = random.Random(seed)
+    out = []
     for _ in range(groups):
         head = [rng.randrange(vocab) for _ in range(prompt)]
-        tokens = [head + [rng.randrange(vocab) for _ in range(rng.randint(completion // 2, completion))] for _ in range(group_size)]
-        scored.append({"tokens": tokens, "masks": [[-100] * prompt + t[prompt:] for t in tokens],
-                       "scores": [float(rng.random() > 0.5) for _ in tokens],
-                       "inference_logprobs": [[0.0] * prompt + [-rng.random() for _ in t[prompt:]] for t in tokens]})
-    return to_tensors(scored)
+        tokens = [head + [rng.randrange(vocab) for _ in range(rng.randint(*completion))] for _ in range(group_size)]
+        out.append({"tokens": tokens, "masks": [[-100] * prompt + t[prompt:] for t in tokens],
+                    "scores": [float(rng.random() > 0.5) for _ in tokens], "weight_version": 0,
+                    "inference_logprobs": [[0.0] * prompt + [-rng.random() for _ in t[prompt:]] for t in tokens]})
+    return out
 
 
-def plain_ce_step(model, optimizer, batch: TrainBatch, micro_batch_size: int, device: torch.device) -> None:  # noqa: ANN001
-    """The baseline: full logits, masked cross-entropy (the model's own loss), backward, clip, AdamW."""
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    autocast = device.type == "cuda"
-    for lo in range(0, batch.input_ids.shape[0], micro_batch_size):
-        part = slice(lo, lo + micro_batch_size)
-        labels = torch.where(batch.loss_mask[part], batch.targets[part], -100).to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=batch.input_ids[part].to(device), attention_mask=batch.attention_mask[part].to(device),
-                           use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
-        (loss * int(batch.loss_mask[part].sum()) / max(1, batch.trained_tokens)).backward()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-    optimizer.step()
+def build_model(args: argparse.Namespace, device: torch.device, dtype: torch.dtype, attn: str = "sdpa"):  # noqa: ANN201 - a transformers model
+    """A random Qwen2 of ``--shape``, built on ``device`` (same seed every time: every path trains the same weights)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(qwen2_config(args.shape), dtype=dtype, attn_implementation=attn)
 
 
-def timed(fn, repeats: int, label: str, device: torch.device) -> tuple[list[float], float | None]:  # noqa: ANN001
-    """Step times, and the peak GPU memory (GiB) over them; a step that runs out of memory gives ([], None)."""
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def timed(step: Callable[[], None], repeats: int, label: str, device: torch.device) -> tuple[list[float], float | None]:
+    """Step times after one warm-up, and the peak device memory (GiB) over them; ([], None) on out-of-memory."""
     try:
-        fn()  # warm-up: allocator, kernels
-        sync()
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+        step()
+        sync(device)
         times = []
-        for _ in track(range(repeats), description=label, console=console):
+        for _ in track(range(repeats), description=f"{label:12s}", console=console, transient=True):
             start = time.perf_counter()
-            fn()
-            sync()
+            step()
+            sync(device)
             times.append(time.perf_counter() - start)
     except torch.OutOfMemoryError:
         console.print(f"{label}: out of memory")
-        torch.cuda.empty_cache()
         return [], None
-    peak = torch.cuda.max_memory_allocated() / GIB if device.type == "cuda" else None
-    return times, peak
+    return times, (torch.cuda.max_memory_allocated() / GIB if device.type == "cuda" else None)
 
 
-def build_model(args: argparse.Namespace, device: torch.device):  # noqa: ANN201 - a transformers model
-    from transformers import AutoModelForCausalLM
+def profile(step: Callable[[], None], label: str, out: Path, device: torch.device) -> dict:
+    """One step under the torch profiler: the kernels' table into ``out``, and how busy the GPU was."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
-    dtype = torch.bfloat16 if args.lora_rank and device.type == "cuda" else torch.float32
-    if args.shape:
-        from rlstack.trainer.shapes import qwen2_config
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        start = time.perf_counter()
+        step()
+        sync(device)
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    busy = sum(e.self_device_time_total for e in events) / 1e6 if device.type == "cuda" else None
+    with out.open("a") as f:
+        f.write(f"\n=== {label}: wall {wall:.3f} s, device busy {busy if busy is None else round(busy, 3)} s ===\n")
+        f.write(events.table(sort_by=sort, row_limit=25, max_name_column_width=70))
+    return {"profiled_wall_s": wall, "device_busy_s": busy}
 
-        torch.manual_seed(0)
-        attn = "sdpa"
-        model = AutoModelForCausalLM.from_config(qwen2_config(args.shape), dtype=dtype, attn_implementation=attn)
-    else:
-        if not (args.model / "model.safetensors").exists():
-            from rlstack.modelkit.tiny import build_tiny_model
 
-            build_tiny_model(args.model)
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+def plain_step(args: argparse.Namespace, groups: list[dict], ctx: DistContext) -> Callable[[], None]:
+    """bf16 weights, fused AdamW, the model's own loss; this rank's share of the tokens as full rows."""
+    device = ctx.device
+    model = build_model(args, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.lora_rank:
@@ -114,53 +138,156 @@ def build_model(args: argparse.Namespace, device: torch.device):  # noqa: ANN201
 
         model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    return model.to(device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-6, fused=device.type == "cuda")
+    sequences = [t for g in groups for t in g["tokens"]][ctx.rank::ctx.world_size]
+    width = sum(map(len, sequences)) // len(sequences)
+    flat = torch.tensor([tok for t in sequences for tok in t][: width * len(sequences)]).view(len(sequences), width)
+    rows_per_micro = args.micro_batch_size if args.pack_tokens is None else max(1, args.pack_tokens // width)
+    parts = [flat[lo:lo + rows_per_micro].to(device) for lo in range(0, len(sequences), rows_per_micro)]
+
+    def step() -> None:
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        for ids in parts:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            (loss * ids.shape[0] / len(sequences)).backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+
+    return step
+
+
+def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: Path) -> Engine:
+    """The trainer's ``Engine`` with this path's settings, loaded on every rank."""
+    settings = TrainerSettings(model="random", sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
+                               micro_batch_size=args.micro_batch_size,
+                               pack_tokens=None if path == "padded" else args.pack_tokens,
+                               attention="sdpa" if path == "packed-sdpa" else args.attention,
+                               activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
+                               lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0)
+    engine = Engine(settings, ctx)
+    dtype = torch.float32 if args.lora_rank is None or ctx.device.type != "cuda" else torch.bfloat16
+    engine.load(None, base=build_model(args, ctx.device, dtype))
+    return engine
+
+
+def run_path(args: argparse.Namespace, path: str, groups: list[dict], ctx: DistContext, run_dir: Path) -> dict:
+    device = ctx.device
+    release(device)
+    if path == "plain":
+        step = plain_step(args, groups, ctx)
+        engine = None
+    else:
+        engine = engine_path(args, path, ctx, run_dir)
+        if not ctx.is_main:  # followers run what rank 0 sends, then leave
+            engine.serve()
+            return {}
+
+        long_from = 1 << 30 if path == "packed-fa2" else attention.LONG_SEQUENCES
+
+        def step() -> None:
+            saved, attention.LONG_SEQUENCES = attention.LONG_SEQUENCES, long_from
+            try:
+                engine.call("step", groups, 0)
+            finally:
+                attention.LONG_SEQUENCES = saved
+
+    times, peak = timed(step, args.repeats, path, device)
+    result = {"step_s": statistics.median(times) if times else None, "peak_gib": peak, "steps": len(times)}
+    if args.profile and times and path != "packed-sdpa":
+        try:
+            result.update(profile(step, path, args.profile, device))
+        except Exception as exc:  # noqa: BLE001 - a profiler failure must not lose the timings
+            console.print(f"{path}: profiler failed: {exc!r}")
+    if engine is not None:
+        engine.call("stop")
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=REPO / "models" / "tiny")
-    parser.add_argument("--shape", choices=["tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2-7b"], default=None,
-                        help="random Qwen2 of this shape instead of --model")
+    parser.add_argument("--shape", choices=["tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2-7b"], default="tiny",
+                        help="random Qwen2 of this shape (tiny: the demo model's)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--paths", default="plain,padded,packed", help=f"comma-separated, of {', '.join(PATHS)}")
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--completion", type=int, default=128)
-    parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--pack-tokens", type=int, default=None, help="GRPO side: pack rows of this many tokens")
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--completion", default="32:192", help="completion tokens, min:max (uniform)")
+    parser.add_argument("--micro-batch-size", type=int, default=8, help="padded rows per micro-batch")
+    parser.add_argument("--pack-tokens", type=int, default=4096, help="tokens per packed row")
+    parser.add_argument("--attention", choices=["varlen", "sdpa"], default="varlen", help="the Engine's kernel on packed/padded")
     parser.add_argument("--activation-checkpointing", action="store_true")
-    parser.add_argument("--lora-rank", type=int, default=None, help="train a LoRA adapter (bf16 base on CUDA)")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (989 for an H100 in bf16)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--lora-rank", type=int, default=None, help="train a LoRA adapter over a bf16 base (on CUDA)")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (default 989 on CUDA)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--profile", type=Path, default=None, help="append one profiled step per path to this file")
+    parser.add_argument("--json-out", type=Path, default=None, help="append the result line to this file")
     args = parser.parse_args()
-    device = torch.device(args.device)
-    if device.type == "cuda" and args.peak_tflops is None:
-        args.peak_tflops = 989.0
-    model = build_model(args, device)
-    batch = make_batch(model.config.vocab_size, args.groups, args.group_size, args.prompt, args.completion)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-    config = GRPOLossConfig()
-    policy = as_policy(model)
-    baseline, base_peak = timed(lambda: plain_ce_step(model, optimizer, batch, args.micro_batch_size, device), args.repeats,
-                                "plain CE step", device)
-    grpo, grpo_peak = timed(lambda: grpo_step(policy, optimizer, batch, config, args.micro_batch_size, pack_tokens=args.pack_tokens),
-                            args.repeats, "GRPO step", device)
-    params = sum(p.numel() for p in model.parameters())
-    tokens = int(batch.attention_mask.sum())
-    base_s = statistics.median(baseline) if baseline else None
-    grpo_s = statistics.median(grpo) if grpo else None
-    tps = tokens / grpo_s if grpo_s else None
-    mfu = 6 * params * tokens / grpo_s / (args.peak_tflops * 1e12) if grpo_s and args.peak_tflops else None
-    result = {"device": str(device), "shape": args.shape or str(args.model.name), "params": params, "tokens": tokens,
-              "trained_tokens": batch.trained_tokens, "pack_tokens": args.pack_tokens, "lora_rank": args.lora_rank,
-              "activation_checkpointing": args.activation_checkpointing, "plain_ce_step_s": base_s, "grpo_step_s": grpo_s,
-              "ratio": grpo_s / base_s if grpo_s and base_s else None, "tokens_per_s": tps, "mfu": mfu,
-              "plain_ce_peak_gib": base_peak, "grpo_peak_gib": grpo_peak,
-              "peak_memory_ratio": grpo_peak / base_peak if grpo_peak and base_peak else None}
-    console.print(f"{params / 1e6:.1f}M params on {device}, {batch.input_ids.shape[0]} seqs, {tokens} tokens "
-                  f"({batch.trained_tokens} trained): plain CE {base_s}, GRPO {grpo_s} s/step, {tps and round(tps)} tok/s")
-    print(json.dumps(result))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    low, _, high = args.completion.partition(":")
+    completion = (int(low), int(high or low))
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        parser.error(f"--paths: unknown {sorted(unknown)}; choose from {PATHS}")
+    ctx = init_distributed(args.device)
+    device = ctx.device
+    peak_tflops = args.peak_tflops or (989.0 if device.type == "cuda" else None)
+    config = qwen2_config(args.shape)
+    groups = make_groups(config.vocab_size, args.groups, args.group_size, args.prompt, completion)
+    tokens = sum(len(t) - 1 for g in groups for t in g["tokens"])  # what a step trains on (inputs)
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in paths:
+            results[path] = run_path(args, path, groups, ctx, Path(tmp) / path)
+    if not ctx.is_main:
+        shutdown(ctx)
+        return
+    world = ctx.world_size
+    for r in results.values():
+        s = r.get("step_s")
+        r["tokens_per_s"] = tokens / s if s else None
+        r["mfu"] = 6 * params * tokens / s / (peak_tflops * 1e12 * world) if s and peak_tflops else None
+    plain = results.get("plain", {})
+
+    def ratio(a: str, b: str, key: str) -> float | None:
+        x, y = results.get(a, {}).get(key), results.get(b, {}).get(key)
+        return x / y if x and y else None
+
+    ratios = {"packed/padded": ratio("packed", "padded", "tokens_per_s"), "packed/plain": ratio("packed", "plain", "tokens_per_s"),
+              "padded/plain": ratio("padded", "plain", "tokens_per_s"), "packed/packed-sdpa": ratio("packed", "packed-sdpa", "tokens_per_s"),
+              "packed/packed-fa2": ratio("packed", "packed-fa2", "tokens_per_s"),
+              "packed_memory/plain": ratio("packed", "plain", "peak_gib"), "padded_memory/plain": ratio("padded", "plain", "peak_gib")}
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else os.uname().machine
+    table = Table(title=f"{args.shape}, {params / 1e9:.2f}B params, {tokens} tokens/step, {world} x {gpu}")
+    for col in ("path", "s/step", "tokens/s", "MFU", "peak GiB", "tokens/s vs plain"):
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        vs = ratio(name, "plain", "tokens_per_s")
+        table.add_row(name, f"{r['step_s']:.3f}" if r.get("step_s") else "OOM", f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "-",
+                      f"{r['mfu']:.1%}" if r.get("mfu") else "-", f"{r['peak_gib']:.1f}" if r.get("peak_gib") else "-",
+                      f"{vs:.2f}x" if vs else "-")
+    console.print(table)
+    console.print("  ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v))
+    line = json.dumps({"shape": args.shape, "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
+                       "tokens": tokens, "groups": args.groups, "group_size": args.group_size, "prompt": args.prompt,
+                       "completion": list(completion), "micro_batch_size": args.micro_batch_size, "pack_tokens": args.pack_tokens,
+                       "activation_checkpointing": args.activation_checkpointing, "lora_rank": args.lora_rank,
+                       "torch": torch.__version__, "varlen_kernel": attention._varlen_kernel() is not None, "paths": results, "ratios": ratios, "plain_tokens_per_s": plain.get("tokens_per_s")})
+    print(line, flush=True)
+    if args.json_out:
+        with args.json_out.open("a") as f:
+            f.write(line + "\n")
+    shutdown(ctx)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,8 @@ def schema() -> J:
                 "backoffLimit": i(0), "gpus": i(0),
                 "nodes": i(1, desc="trainer pods, one per node; more than 1: an Indexed Job (workload Job, RWX storage)"),
                 "shmSize": QUANTITY,
+                "packTokens": {"type": ["integer", "null"], "minimum": 16,
+                               "description": "tokens per packed row (RLSTACK_TRAINER_PACK_TOKENS); null: padded micro-batches"},
                 "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
             }),
             "envs": {"type": "array", "minItems": 0, "items": component({

@@ -163,6 +163,8 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
 def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Plan, list[Finding]]:
     inference, trainer = data.get("inference", {}), data.get("trainer", {})
     env = {**trainer.get("env", {})}
+    if trainer.get("packTokens"):  # the chart sets it unless trainer.env already does
+        env.setdefault("RLSTACK_TRAINER_PACK_TOKENS", str(trainer["packTokens"]))
     ports = {name: data.get(name, {}).get("port") for name in ("registry", "batcher", "proxy", "trainer")}
     ports["inference"] = inference.get("port")
     ports["vllm"] = inference.get("vllmPort")

@@ -92,6 +92,11 @@ class TrainerSettings(ServiceSettings):
     """Pack sequences into rows of at most this many tokens (position ids restart per sequence, no
     attention across sequences; a longer sequence gets its own row) instead of padding
     ``micro_batch_size`` rows: no compute is spent on padding."""
+    attention: Literal["varlen", "sdpa", "eager"] = "varlen"
+    """Attention kernel of the policy. varlen: packed rows by their sequence bounds (torch's flash
+    varlen kernel on GPUs, causal SDPA per sequence on CPUs), padded rows by causal SDPA; no
+    T x T mask is ever built. sdpa/eager: transformers' own, which builds a dense block mask for
+    packed rows (kept for comparison; docs/trainer.md)."""
     logprob_chunk: int = Field(default=4096, ge=1)
     """Trained tokens projected onto the vocabulary at once: bounds the float32 logits of a long
     sequence to ``logprob_chunk x vocab`` in forward and backward."""

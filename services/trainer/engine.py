@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlstack.trainer import checkpoint
+from rlstack.trainer import attention, checkpoint
 from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.distributed import DistContext, broadcast_object, init_distributed, shard
@@ -40,18 +40,31 @@ def base_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dtype = torch.float32):  # noqa: ANN201 - a transformers or peft model
+def attn_implementation(settings: TrainerSettings) -> str:
+    """The transformers ``attn_implementation`` for ``settings.attention`` (ours is registered first)."""
+    return attention.register() if settings.attention == "varlen" else settings.attention
+
+
+def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dtype = torch.float32,  # noqa: ANN201 - a transformers or peft model
+                base: torch.nn.Module | None = None):
     """The base model, with a trainable LoRA adapter when ``lora_rank`` is set (resumed from
     ``resume`` when given: full weights, or the adapter over the base; a sharded checkpoint is
-    loaded later, over the base)."""
+    loaded later, over the base). ``base``: a model already built (a benchmark's random weights)
+    instead of ``settings.model``'s."""
     from transformers import AutoModelForCausalLM
 
+    attn = attn_implementation(settings)
     hf_resume = resume if resume is not None and checkpoint.kind(resume) == "hf" else None
+    if base is not None:
+        base.set_attn_implementation(attn)
     if settings.lora_rank is None:
-        return AutoModelForCausalLM.from_pretrained(hf_resume or settings.model, dtype=torch.float32)
+        if base is not None and hf_resume is None:
+            return base
+        return AutoModelForCausalLM.from_pretrained(hf_resume or settings.model, dtype=torch.float32, attn_implementation=attn)
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=dtype)
+    if base is None:
+        base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=dtype, attn_implementation=attn)
     if hf_resume is not None:
         return PeftModel.from_pretrained(base, hf_resume, is_trainable=True)
     config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=settings.lora_target_modules,
@@ -98,13 +111,14 @@ class Engine:
         """Release the followers (rank 0 calls ``call("stop")``; this runs on rank 0 only)."""
 
     # -- operations ---------------------------------------------------------------------------
-    def load(self, resume: Path | None) -> None:
+    def load(self, resume: Path | None, base: torch.nn.Module | None = None) -> None:
+        """``base``: an already built model to train instead of loading ``settings.model`` (benchmarks)."""
         ctx, s = self.ctx, self.s
         if s.sync_mode == "ipc" and self.ipc_source is None:
             from rlstack.trainer.sync.ipc import cuda_source
 
             self.ipc_source = cuda_source(ctx.device)  # refuses without CUDA: ipc shares GPU memory
-        model = load_policy(s, resume, base_dtype(s, ctx.device))
+        model = load_policy(s, resume, base_dtype(s, ctx.device), base)
         if s.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy = PolicyLogprobs(model, s.logprob_chunk)
@@ -117,7 +131,9 @@ class Engine:
             policy.cuda()
         self.model, self.policy = model, policy
         trainable = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=s.lr, weight_decay=s.weight_decay)
+        # One fused kernel per step on GPUs instead of foreach's few per parameter group.
+        fused = ctx.device.type == "cuda" and not s.cpu_offload
+        self.optimizer = torch.optim.AdamW(trainable, lr=s.lr, weight_decay=s.weight_decay, fused=fused)
         if resume is not None:
             checkpoint.load_training_state(resume, policy, self.optimizer, sharded=ctx.launched)
 

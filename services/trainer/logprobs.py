@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from rlstack.trainer.attention import NAME
 from rlstack.trainer.loss import token_logprobs
 
 DEFAULT_CHUNK = 4096
@@ -43,8 +44,10 @@ class PolicyLogprobs(torch.nn.Module):
     """A causal LM returning log p(target) per position ``[B, T]`` (0 where ``mask`` is False).
 
     Padded rows pass ``attention_mask``; packed rows pass ``position_ids`` restarting at each
-    sequence and no attention mask, which transformers turns into a block-diagonal causal mask
-    (no attention across sequences). Models whose head does more than a linear map (logit
+    sequence and no attention mask, plus the row's sequence bounds (``cu_seq_lens``, its longest
+    sequence ``max_length``) when known. Under ``attention.NAME`` the bounds go to a varlen kernel;
+    under ``sdpa``/``eager`` transformers builds a block-diagonal causal mask from the position
+    ids instead (same values, T x T memory). Models whose head does more than a linear map (logit
     soft-capping) or that expose no decoder take the full-logits path.
     """
 
@@ -54,17 +57,35 @@ class PolicyLogprobs(torch.nn.Module):
         self.chunk = chunk
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                cu_seq_lens: torch.Tensor | None = None, max_length: int | None = None,
+                sequence_lengths: list[int] | None = None, trained_index: torch.Tensor | None = None) -> torch.Tensor:
+        """``trained_index``: the flat positions where ``mask`` is True, when the caller has them (worked
+        out on the host, they spare the GPU a wait); ``sequence_lengths``: a packed row's lengths, on the host."""
         model = self.model
         decoder = getattr(model, "get_decoder", lambda: None)()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         plain_head = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
         kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+        if attention_mask is not None and getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME:
+            # The varlen kernel reads no mask: padded rows must be right-padded (causal attention then
+            # never reaches a pad). Checked on the device without waiting for it.
+            torch._assert_async(~(attention_mask[:, 1:] > attention_mask[:, :-1]).any(), "padded rows must be right-padded")
+            kwargs["attention_mask"] = None
+        if cu_seq_lens is not None:
+            kwargs.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=max_length, max_length_k=max_length)
+        if sequence_lengths is not None:
+            kwargs["sequence_lengths"] = sequence_lengths
         if decoder is None or head is None or not plain_head:
             return token_logprobs(model(input_ids=input_ids, **kwargs).logits, targets)
         hidden = decoder(input_ids=input_ids, **kwargs).last_hidden_state
         if mask is None:
             flat = chunked_logprobs(head, hidden.flatten(0, 1), targets.flatten(), self.chunk)
             return flat.view(targets.shape)
-        picked = chunked_logprobs(head, hidden[mask], targets[mask], self.chunk)
-        return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
+        if trained_index is None:
+            picked = chunked_logprobs(head, hidden[mask], targets[mask], self.chunk)
+            return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
+        picked = chunked_logprobs(head, hidden.flatten(0, 1).index_select(0, trained_index), targets.flatten().index_select(0, trained_index),
+                                  self.chunk)
+        flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
+        return flat.view(mask.shape)

@@ -38,8 +38,11 @@ def grpo_loss(
     mask: torch.Tensor,
     config: GRPOLossConfig,
     ref_logprobs: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss over ``[batch, tokens]`` tensors; ``advantages`` is per sequence ``[batch]`` or per token."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss over ``[batch, tokens]`` tensors; ``advantages`` is per sequence ``[batch]`` or per token.
+
+    The statistics are 0-dim tensors on the loss's device, so a step can sum them over
+    micro-batches without waiting for the GPU after each one."""
     mask = mask.to(logprobs.dtype)
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     adv = adv.to(logprobs.dtype).expand_as(logprobs)
@@ -64,10 +67,10 @@ def grpo_loss(
     with torch.no_grad():
         clipped = ((ratio > 1 + config.clip_high) & (adv > 0)) | ((ratio < 1 - config.clip_low) & (adv < 0))
         stats = {
-            "clip_fraction": float((clipped.to(mask.dtype) * mask).sum() / tokens),
-            "ratio_mean": float((ratio * mask).sum() / tokens),
-            "kl": float((kl * mask).sum() / tokens),
-            "is_weight_mean": float((is_weight * mask).sum() / tokens),
-            "tokens": float(mask.sum()),
+            "clip_fraction": (clipped.to(mask.dtype) * mask).sum() / tokens,
+            "ratio_mean": (ratio * mask).sum() / tokens,
+            "kl": (kl * mask).sum() / tokens,
+            "is_weight_mean": (is_weight * mask).sum() / tokens,
+            "tokens": mask.sum(),
         }
     return loss, stats

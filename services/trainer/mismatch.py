@@ -37,37 +37,47 @@ class Mismatch(BaseModel):
 
 
 class MismatchAccumulator:
-    """Sums over micro-batches, so the step computes no extra forward pass."""
+    """Sums over micro-batches, so the step computes no extra forward pass. The sums stay on the
+    logprobs' device until ``result``: adding a micro-batch never waits for the GPU."""
 
     def __init__(self) -> None:
-        self.kl = self.abs_sum = self.abs_max = 0.0
-        self.outside = self.tokens = 0
+        self._sums: torch.Tensor | None = None  # kl, |d|, tokens outside the band, tokens (float64)
+        self._max: torch.Tensor | None = None
 
     def add(self, logprobs: torch.Tensor, inference_logprobs: torch.Tensor, mask: torch.Tensor) -> None:
-        if not bool(mask.any()):
-            return
-        d = (logprobs.detach().float() - inference_logprobs.float())[mask]
-        self.kl += float((torch.exp(d) - d - 1).sum())
-        self.abs_sum += float(d.abs().sum())
-        self.abs_max = max(self.abs_max, float(d.abs().max()))
+        d = torch.where(mask, logprobs.detach().float() - inference_logprobs.float(), 0.0)
         low, high = RATIO_BAND
         ratio = torch.exp(d)
-        self.outside += int(((ratio < low) | (ratio > high)).sum())
-        self.tokens += int(d.numel())
+        taken = mask.to(torch.float64)
+        sums = torch.stack([((ratio - d - 1) * mask).sum(dtype=torch.float64), d.abs().sum(dtype=torch.float64),
+                            (((ratio < low) | (ratio > high)) & mask).sum().to(torch.float64), taken.sum()])
+        top = d.abs().amax() if d.numel() else d.new_zeros(())
+        self._sums = sums if self._sums is None else self._sums + sums.to(self._sums.device)
+        self._max = top if self._max is None else torch.maximum(self._max, top.to(self._max.device))
+
+    def _totals(self) -> tuple[float, float, int, int, float]:
+        if self._sums is None:
+            return 0.0, 0.0, 0, 0, 0.0
+        kl, abs_sum, outside, tokens = self._sums.tolist()
+        return kl, abs_sum, int(outside), int(tokens), float(self._max)
 
     def reduce(self, ctx: DistContext, trained_tokens: int | None = None) -> Mismatch | None:
         """The result over every rank's tokens (each rank saw its own share of the batch)."""
         from rlstack.trainer.distributed import all_reduce
 
+        kl, abs_sum, outside, tokens, abs_max = self._totals()
         if ctx.world_size > 1:
-            self.kl, self.abs_sum, outside, tokens = all_reduce(ctx, [self.kl, self.abs_sum, self.outside, self.tokens])
-            self.outside, self.tokens = int(outside), int(tokens)
-            self.abs_max = all_reduce(ctx, [self.abs_max], op="max")[0]
-        return self.result(trained_tokens)
+            kl, abs_sum, outside, tokens = all_reduce(ctx, [kl, abs_sum, outside, tokens])
+            abs_max = all_reduce(ctx, [abs_max], op="max")[0]
+        return _result(kl, abs_sum, int(outside), int(tokens), abs_max, trained_tokens)
 
     def result(self, trained_tokens: int | None = None) -> Mismatch | None:
-        if self.tokens == 0:
-            return None
-        share = min(1.0, self.tokens / trained_tokens) if trained_tokens else None
-        return Mismatch(kl=self.kl / self.tokens, abs_mean=self.abs_sum / self.tokens, abs_max=self.abs_max,
-                        ratio_outside=self.outside / self.tokens, tokens=self.tokens, share=share)
+        return _result(*self._totals(), trained_tokens)
+
+
+def _result(kl: float, abs_sum: float, outside: int, tokens: int, abs_max: float, trained_tokens: int | None) -> Mismatch | None:
+    if tokens == 0:
+        return None
+    share = min(1.0, tokens / trained_tokens) if trained_tokens else None
+    return Mismatch(kl=kl / tokens, abs_mean=abs_sum / tokens, abs_max=abs_max, ratio_outside=outside / tokens, tokens=tokens,
+                    share=share)

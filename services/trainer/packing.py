@@ -7,7 +7,8 @@ fewer micro-batches get empty ones (a one-token forward with zero loss), because
 every rank to run the same number of forwards and backwards.
 
 Packed rows concatenate sequences up to ``pack_tokens`` tokens, with position ids restarting at
-each sequence and no attention across them; no token is padding. Padded rows keep the old
+each sequence, and carry the sequences' bounds for a varlen attention kernel (no attention across
+sequences, no T x T mask); no token is padding. Padded rows keep the old
 layout (``micro_batch_size`` rows, padded to the longest).
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlstack.trainer.attention import sequence_bounds
 from rlstack.trainer.batch import TrainBatch
 
 
@@ -31,14 +33,30 @@ class MicroBatch:
     on_policy: torch.Tensor | None = None  # [b, T] bool: no inference logprobs; ratio against the step's own
     attention_mask: torch.Tensor | None = None  # padded rows
     position_ids: torch.Tensor | None = None  # packed rows
+    cu_seq_lens: torch.Tensor | None = None  # packed rows: [n + 1] int32 sequence bounds (for a varlen kernel)
+    max_length: int | None = None  # packed rows: the longest sequence
+    sequence_lengths: list[int] | None = None  # packed rows: each sequence's length, on the host
+    trained_index: torch.Tensor | None = None  # flat positions of the trained tokens (set by ``to``)
 
     @property
     def tokens(self) -> int:
         return int(self.loss_mask.sum())
 
     def to(self, device: torch.device) -> MicroBatch:
-        move = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        return MicroBatch(**move)
+        """On ``device``, with ``trained_index`` (flat positions of the trained tokens) worked out here on
+        the CPU: selecting them on a GPU by a boolean mask would wait for it. Copies to a GPU go from
+        pinned memory without blocking, so the host queues the next micro-batch while one runs."""
+        fields = dict(self.__dict__)
+        if fields["trained_index"] is None:
+            fields["trained_index"] = self.loss_mask.flatten().nonzero().squeeze(1)
+        pinned = device.type == "cuda"
+
+        def move(v: torch.Tensor) -> torch.Tensor:
+            if pinned and v.device.type == "cpu":
+                return v.pin_memory().to(device, non_blocking=True)
+            return v.to(device)
+
+        return MicroBatch(**{k: (move(v) if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
 
 
 def lengths(batch: TrainBatch) -> list[int]:
@@ -110,7 +128,9 @@ def packed(batch: TrainBatch, rows: list[int], pack_tokens: int, current_version
                               advantages=torch.cat([batch.advantages[i].expand(size[i]) for i in row]).unsqueeze(0),
                               same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
                               on_policy=torch.cat([batch.on_policy[i].expand(size[i]) for i in row]).unsqueeze(0),
-                              position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0)))
+                              position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0),
+                              cu_seq_lens=sequence_bounds([size[i] for i in row]), max_length=max(size[i] for i in row),
+                              sequence_lengths=[size[i] for i in row]))
     return out
 
 
@@ -121,7 +141,9 @@ def empty(packed_rows: bool) -> MicroBatch:
                       inference_logprobs=torch.zeros(1, 1), advantages=torch.zeros(1, 1), same_weights=torch.zeros(1, 1, dtype=torch.bool),
                       on_policy=torch.zeros(1, 1, dtype=torch.bool),
                       attention_mask=None if packed_rows else torch.ones(1, 1, dtype=torch.long),
-                      position_ids=torch.zeros(1, 1, dtype=torch.long) if packed_rows else None)
+                      position_ids=torch.zeros(1, 1, dtype=torch.long) if packed_rows else None,
+                      cu_seq_lens=sequence_bounds([1]) if packed_rows else None, max_length=1 if packed_rows else None,
+                      sequence_lengths=[1] if packed_rows else None)
 
 
 def micro_batches(batch: TrainBatch, rank: int, world_size: int, micro_batch_size: int, pack_tokens: int | None,

@@ -45,20 +45,24 @@ def as_policy(model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> PolicyLogpr
 
 def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor,
                     mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                    chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+                    chunk: int = DEFAULT_CHUNK, cu_seq_lens: torch.Tensor | None = None, max_length: int | None = None,
+                    sequence_lengths: list[int] | None = None, trained_index: torch.Tensor | None = None) -> torch.Tensor:
     """log p(target) per position ``[B, T]``; with ``mask``, only the trained positions are
     projected onto the vocabulary (the rest are 0), ``chunk`` tokens at a time."""
-    return as_policy(model, chunk)(input_ids, targets, mask, attention_mask=attention_mask, position_ids=position_ids)
+    return as_policy(model, chunk)(input_ids, targets, mask, attention_mask=attention_mask, position_ids=position_ids,
+                                   cu_seq_lens=cu_seq_lens, max_length=max_length, sequence_lengths=sequence_lengths,
+                                   trained_index=trained_index)
 
 
-def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
-    """Global grad-norm clipping; with sharded (DTensor) gradients the norm is reduced over ranks first."""
+def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Global grad-norm clipping; with sharded (DTensor) gradients the norm is reduced over ranks first.
+    Returns the norm as a tensor: reading it waits for the GPU, so the caller does that last."""
     grads = [p.grad for p in parameters if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0)
     if hasattr(total, "full_tensor"):
         total = total.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
-    return float(total)
+    return total
 
 
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
@@ -82,7 +86,8 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     # FSDP averages gradients over ranks, while each rank's loss is already its share of the
     # whole batch's token mean: scale back by the world size.
     scale = ctx.world_size / total_tokens
-    sums = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0}
+    keys = ("loss", "clip_fraction", "kl", "ratio_mean")
+    sums = torch.zeros(len(keys), dtype=torch.float64, device=device)  # summed on the device: no wait per micro-batch
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported() and not is_sharded(policy)
     mismatch = mismatch if mismatch is not None else MismatchAccumulator()
     for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version):
@@ -92,7 +97,8 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
         part = part.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logprobs = policy(part.input_ids, part.targets, part.loss_mask, attention_mask=part.attention_mask,
-                              position_ids=part.position_ids)
+                              position_ids=part.position_ids, cu_seq_lens=part.cu_seq_lens, max_length=part.max_length,
+                              sequence_lengths=part.sequence_lengths, trained_index=part.trained_index)
         # Rows sent without inference logprobs: the behaviour policy is the trainer's own at the
         # step's start, which is this forward's value (the weights change only after the step).
         behaviour = torch.where(part.on_policy, logprobs.detach(), part.inference_logprobs)
@@ -100,12 +106,11 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
         mismatch.add(logprobs, part.inference_logprobs, part.loss_mask & part.same_weights)
         # Token-mean over the whole batch: weight each micro-batch by its share of trained tokens.
         (loss * tokens * scale).backward()
-        sums["loss"] += float(loss.detach()) * tokens / total_tokens
-        for key in ("clip_fraction", "kl", "ratio_mean"):
-            sums[key] += stats[key] * tokens / total_tokens
+        sums += torch.stack([loss.detach(), *(stats[k] for k in keys[1:])]).to(torch.float64) * (tokens / total_tokens)
     grad_norm = clip_gradients([p for p in policy.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
-    reduced = dict(zip(sums, all_reduce(ctx, list(sums.values()))))
+    grad_norm = float(grad_norm)
+    reduced = dict(zip(keys, all_reduce(ctx, sums.tolist())))
     return StepStats(loss=reduced["loss"], grad_norm=grad_norm, clip_fraction=reduced["clip_fraction"], kl=reduced["kl"],
                      ratio_mean=reduced["ratio_mean"], tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
                      reward_mean=float(batch.rewards.mean()), reward_std=float(batch.rewards.std(unbiased=False)),

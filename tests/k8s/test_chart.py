@@ -232,6 +232,23 @@ def test_wandb_key_comes_from_a_secret_and_the_chart_refuses_a_project_without_o
     assert refused.returncode != 0 and "trainer.wandb.apiKeySecret" in refused.stderr
 
 
+def trainer_env(*extra: str) -> list[dict]:
+    text = render("values.yaml", *extra)
+    return workloads([d for d in yaml.safe_load_all(text) if d])["trainer"]["spec"]["containers"][0]["env"]
+
+
+def test_the_trainer_packs_rows_by_default_and_pads_them_when_asked():
+    def pack(env: list[dict]) -> list[str]:
+        return [e["value"] for e in env if e["name"] == "RLSTACK_TRAINER_PACK_TOKENS"]
+
+    assert pack(trainer_env()) == ["16384"]
+    assert pack(trainer_env("--set", "trainer.packTokens=32768")) == ["32768"]
+    assert pack(trainer_env("--set", "trainer.packTokens=null")) == []  # padded micro-batches
+    assert pack(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_PACK_TOKENS=8192")) == ["8192"]  # one entry: trainer.env wins
+    refused = helm("template", "rl", str(CHART), "--set", "trainer.packTokens=8")
+    assert refused.returncode != 0 and "packTokens" in refused.stderr
+
+
 def test_prometheus_rule_alerts_on_mismatch_and_quarantine():
     import yaml
 

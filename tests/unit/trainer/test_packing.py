@@ -8,17 +8,20 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlstack.trainer import attention
 from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.loss import GRPOLossConfig
 from rlstack.trainer.packing import assign_ranks, micro_batches, pack_rows
 from rlstack.trainer.step import grpo_step, policy_logprobs
 
 
-def model() -> Qwen2ForCausalLM:
+def model(attn: str = "sdpa") -> Qwen2ForCausalLM:
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                          num_key_value_heads=1, tie_word_embeddings=True)
-    return Qwen2ForCausalLM(config)
+    m = Qwen2ForCausalLM(config)
+    m.set_attn_implementation(attention.register() if attn == attention.NAME else attn)
+    return m
 
 
 def batch(seed: int = 0):
@@ -43,10 +46,11 @@ def test_a_packed_row_attends_within_each_sequence_only():
     assert torch.allclose(packed[row.loss_mask].sort().values, padded[b.loss_mask].sort().values, atol=1e-5)
 
 
+@pytest.mark.parametrize("attn", [attention.NAME, "sdpa"])
 @pytest.mark.parametrize("pack_tokens", [16, 40, 1000])
-def test_packed_and_padded_steps_give_the_same_loss_and_gradients(pack_tokens):
+def test_packed_and_padded_steps_give_the_same_loss_and_gradients(pack_tokens, attn):
     b, config = batch(), GRPOLossConfig()
-    padded_model, packed_model = model(), model()
+    padded_model, packed_model = model(attn), model(attn)
     grads = {}
     for name, m, pack in (("padded", padded_model, None), ("packed", packed_model, pack_tokens)):
         frozen = torch.optim.SGD(m.parameters(), lr=0.0)  # gradients without moving the weights

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The trainer's GPU figures (docs/trainer.md#gpu): the -m gpu suite, then bench/trainer.py under
+# torchrun on the shapes of issue 29, one after another, each bounded in time. Every figure goes
+# to $RESULTS (one JSON line per shape) and the log; kernel tables to $PROFILE.
+#   OUT=/some/dir bash bench/trainer_gpu.sh [case ...]
+# cases: tests 1.5b 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+OUT=${OUT:-runs/bench-gpu}
+mkdir -p "$OUT"
+RESULTS=$OUT/trainer.jsonl
+PROFILE=$OUT/profile.txt
+export PYTHONUNBUFFERED=1
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(1.5b tests 0.5b-32k 7b-lora-32k)
+bench() { timeout "$1" torchrun --nproc-per-node 1 bench/trainer.py --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
+# A one-GPU trainer pod runs one plain process (no torchrun): the Engine with bf16 autocast over float32 weights.
+process() { timeout "$1" python3 bench/trainer.py --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
+for c in "${cases[@]}"; do
+  echo "=== $c $(date +%T)"
+  case $c in
+    tests) timeout 90 python3 -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider --noconftest; echo "exit $?" ;;
+    # 128 sequences: 512-token prompts, 256-512 completion tokens (the batch of issue 29)
+    1.5b) bench 150 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --micro-batch-size 8 --pack-tokens 16384 --paths plain,padded,packed --profile "$PROFILE" ;;
+    1.5b-process) process 100 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --micro-batch-size 8 --pack-tokens 16384 --paths padded,packed ;;
+    1.5b-sdpa) bench 120 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --pack-tokens 16384 --paths packed-sdpa --repeats 2 ;;
+    # 8 rows of 20-32k tokens, activation checkpointing
+    0.5b-32k) bench 130 --shape qwen2-0.5b --groups 1 --group-size 8 --prompt 512 --completion 19968:32000 \
+            --pack-tokens 32768 --activation-checkpointing --paths plain,packed,packed-fa2 --repeats 2 ;;
+    # 7B LoRA rank 16 over a bf16 base, 2 rows of 20-32k tokens, activation checkpointing
+    7b-lora-32k) bench 140 --shape qwen2-7b --lora-rank 16 --groups 1 --group-size 2 --prompt 512 --completion 19968:32000 \
+            --pack-tokens 32768 --activation-checkpointing --paths plain,packed ;;
+    *) echo "unknown case $c" ;;
+  esac
+done

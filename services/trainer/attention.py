@@ -1,0 +1,140 @@
+"""Attention for the trainer's rows without a T x T mask: packed rows by their sequence bounds.
+
+transformers turns packed position ids into a dense ``(batch, 1, T, T)`` mask under ``sdpa``,
+which keeps SDPA off its flash kernel and grows memory with T² (0.40x a plain step's tokens/s
+on an H200 at 16k-token rows). This module registers an attention function, ``rlstack_varlen``,
+that takes each packed row's cumulative sequence bounds instead (``cu_seq_lens_q``, the keyword
+transformers already passes through every decoder layer for flash-attn):
+
+- on CUDA in bf16/fp16, torch's own ``varlen_attn`` (the flash-attention varlen kernel built
+  into torch: no extra wheel, forward and backward);
+- elsewhere (CPU, float32), causal SDPA over each sequence of the row in turn: exact, memory
+  linear in the row, and what a CPU does fastest (docs/trainer.md).
+
+Rows without bounds (padded rows) are right-padded by construction (``batch.to_tensors``), so
+causal attention never lets a real token see a pad: plain causal SDPA, flash on a GPU, with no
+mask at all. Because the name has no mask function registered, transformers skips building one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+
+NAME = "rlstack_varlen"
+"""The ``attn_implementation`` the trainer loads its policy with (``TrainerSettings.attention``)."""
+
+
+def sequence_bounds(lengths: list[int]) -> torch.Tensor:
+    """Cumulative bounds ``[0, l0, l0+l1, ...]`` (int32, as flash kernels take them)."""
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    out[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
+    return out
+
+
+def bounds_from_positions(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Bounds and longest sequence of a packed row ``[1, T]`` whose positions restart at 0 per sequence."""
+    flat = position_ids.reshape(-1)
+    starts = torch.nonzero(flat == 0).flatten().tolist()
+    ends = starts[1:] + [flat.numel()]
+    lengths = [e - s for s, e in zip(starts, ends)]
+    return sequence_bounds(lengths).to(position_ids.device), max(lengths, default=1)
+
+
+@cache
+def _varlen_kernel():  # noqa: ANN202 - torch's varlen_attn and how to call it for causal GQA
+    """torch's varlen_attn and the keywords this torch version takes (its signature moved between releases)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+    return varlen_attn, causal, "enable_gqa" in params
+
+
+LONG_SEQUENCES = 4096
+"""Mean sequence length from which a packed row goes through SDPA one sequence at a time even where
+the varlen kernel is available: SDPA then dispatches to cuDNN's Hopper attention, faster than the
+flash-attention-2 kernel behind torch's varlen_attn, and a few long calls cost no launch overhead
+(docs/trainer.md has the measurement)."""
+
+
+def varlen_available(query: torch.Tensor) -> bool:
+    return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and _varlen_kernel() is not None
+
+
+def _autocast(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Under autocast, q/k/v leave the rotary embedding in float32; SDPA would cast them itself, a
+    custom kernel must be handed the autocast dtype."""
+    kind = query.device.type
+    if torch.is_autocast_enabled(kind) and query.dtype == torch.float32:
+        dtype = torch.get_autocast_dtype(kind)
+        return query.to(dtype), key.to(dtype), value.to(dtype)
+    return query, key, value
+
+
+def _per_sequence(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: list[int], scale: float | None) -> torch.Tensor:
+    """Causal SDPA on each sequence of a packed row; ``[1, H, T, D]`` in, ``[1, T, H, D]`` out."""
+    parts = [F.scaled_dot_product_attention(query[:, :, lo:hi], key[:, :, lo:hi], value[:, :, lo:hi], is_causal=True, scale=scale,
+                                            enable_gqa=True)
+             for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    return torch.cat(parts, dim=2).transpose(1, 2)
+
+
+def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: torch.Tensor, longest: int,
+            scale: float | None) -> torch.Tensor:
+    kernel, causal, gqa = _varlen_kernel()
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
+    extra = {}
+    if q.shape[1] != k.shape[1]:
+        if gqa:
+            extra["enable_gqa"] = True
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    bounds = bounds.to(device=q.device, dtype=torch.int32)
+    out = kernel(q, k, v, bounds, bounds, longest, longest, scale=scale, **causal, **extra)
+    return out.unsqueeze(0)
+
+
+def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # noqa: ARG001 - transformers' signature
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     cu_seq_lens_q: torch.Tensor | None = None, max_length_q: int | None = None, position_ids: torch.Tensor | None = None,
+                     sequence_lengths: list[int] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: ``query [B, H, T, D]``, ``key``/``value [B, H_kv, T, D]``;
+    returns ``[B, T, H, D]``. ``sequence_lengths``: a packed row's lengths on the host (spares a
+    device read when the row goes one sequence at a time)."""
+    if attention_mask is not None:
+        raise ValueError(f"{NAME} takes no attention mask: pack rows (sequence bounds) or right-pad them")
+    if dropout:
+        raise ValueError(f"{NAME} has no dropout (the trainer's models have none)")
+    if sequence_lengths is not None and cu_seq_lens_q is None:
+        cu_seq_lens_q, max_length_q = sequence_bounds(sequence_lengths).to(query.device), max(sequence_lengths)
+    if cu_seq_lens_q is None and position_ids is not None and query.shape[0] == 1 and query.shape[2] > 1:
+        flat = position_ids.reshape(-1)
+        if flat.numel() == query.shape[2] and bool((flat[1:] == 0).any()):  # positions restart: a packed row
+            cu_seq_lens_q, max_length_q = bounds_from_positions(position_ids)
+    if cu_seq_lens_q is None:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2), None
+    if query.shape[0] != 1:
+        raise ValueError(f"{NAME}: a packed row is one row of sequences (batch 1), got batch {query.shape[0]}")
+    query, key, value = _autocast(query, key, value)
+    long_rows = sequence_lengths is not None and sum(sequence_lengths) >= LONG_SEQUENCES * len(sequence_lengths)
+    if varlen_available(query) and not long_rows:
+        longest = int(max_length_q) if max_length_q is not None else query.shape[2]
+        return _varlen(query, key, value, cu_seq_lens_q, longest, scaling), None
+    bounds = sequence_bounds(sequence_lengths).tolist() if sequence_lengths is not None else cu_seq_lens_q.tolist()
+    return _per_sequence(query, key, value, bounds, scaling), None
+
+
+def register() -> str:
+    """Make ``NAME`` a valid ``attn_implementation`` (idempotent); returns it."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, varlen_attention)
+    return NAME
