@@ -16,6 +16,8 @@ mixed precision over float32 master weights, as the chart's trainer does; in a p
 is the local trainer. Random weights in the named Qwen2 shape, built directly on the device.
 
     python bench/trainer.py                      # CPU, the demo model's shape (tiny)
+    python bench/trainer.py --model models/agent-demo --groups-from runs/agent-<id>/batcher/batcher.wal \
+        --threads 1 --micro-batch-size 32 --pack-tokens 4096 --paths padded,packed   # an agent run's own batches
     torchrun --nproc-per-node 1 bench/trainer.py --device cuda --shape qwen2-1.5b \\
         --groups 16 --group-size 8 --prompt 512 --completion 256:512 --micro-batch-size 8 --pack-tokens 16384
 
@@ -69,11 +71,47 @@ def make_groups(vocab: int, groups: int, group_size: int, prompt: int, completio
     return out
 
 
+def groups_from_wal(path: Path) -> list[dict]:
+    """Every group a batcher accepted, in order, read from a copy of its write-ahead log."""
+    import shutil
+
+    from rlstack.batcher.records import RecordKind, decode_groups, decode_keyed_groups
+    from rlstack.batcher.wal import WriteAheadLog
+
+    out: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "batcher.wal"
+        shutil.copyfile(path, copy)  # opening a log may cut a torn tail: never the run's own
+        for kind, payload in WriteAheadLog(copy, durability="flush").open():
+            if kind == RecordKind.GROUPS:
+                raw = decode_groups(payload)[1]
+            elif kind == RecordKind.KEYED_GROUPS:
+                raw = decode_keyed_groups(payload)[3]
+            else:
+                continue
+            data = json.loads(raw)
+            out.extend(data if isinstance(data, list) else [data])
+    return out
+
+
+def batches_of(groups: list[dict], sequences: int) -> list[list[dict]]:
+    """Consecutive groups cut into batches of at least ``sequences`` sequences (the batcher's at_least fill)."""
+    out, current = [], []
+    for g in groups:
+        current.append(g)
+        if sum(len(x["tokens"]) for x in current) >= sequences:
+            out.append(current)
+            current = []
+    return out
+
+
 def build_model(args: argparse.Namespace, device: torch.device, dtype: torch.dtype, attn: str = "sdpa"):  # noqa: ANN201 - a transformers model
-    """A random Qwen2 of ``--shape``, built on ``device`` (same seed every time: every path trains the same weights)."""
+    """A random Qwen2 of ``--shape`` built on ``device``, or ``--model``'s weights (the same weights for every path)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
+    if args.model is not None:
+        return AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, attn_implementation=attn).to(device)
     with torch.device(device):
         return AutoModelForCausalLM.from_config(qwen2_config(args.shape), dtype=dtype, attn_implementation=attn)
 
@@ -127,8 +165,10 @@ def profile(step: Callable[[], None], label: str, out: Path, device: torch.devic
     return {"profiled_wall_s": wall, "device_busy_s": busy}
 
 
-def plain_step(args: argparse.Namespace, groups: list[dict], ctx: DistContext) -> Callable[[], None]:
-    """bf16 weights, fused AdamW, the model's own loss; this rank's share of the tokens as full rows."""
+def plain_step(args: argparse.Namespace, batches: list[list[dict]], ctx: DistContext) -> Callable[[], None]:
+    """bf16 weights, fused AdamW, the model's own loss; this rank's share of the tokens as full rows
+    (of the first batch: a replay of several batches times the Engine's paths only)."""
+    groups = batches[0]
     device = ctx.device
     model = build_model(args, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.activation_checkpointing:
@@ -161,7 +201,7 @@ def plain_step(args: argparse.Namespace, groups: list[dict], ctx: DistContext) -
 
 def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: Path) -> Engine:
     """The trainer's ``Engine`` with this path's settings, loaded on every rank."""
-    settings = TrainerSettings(model="random", sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
+    settings = TrainerSettings(model=str(args.model or "random"), sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
                                micro_batch_size=args.micro_batch_size,
                                pack_tokens=None if path == "padded" else args.pack_tokens,
                                attention="sdpa" if path == "packed-sdpa" else args.attention,
@@ -169,15 +209,16 @@ def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: 
                                lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0)
     engine = Engine(settings, ctx)
     dtype = torch.float32 if args.lora_rank is None or ctx.device.type != "cuda" else torch.bfloat16
-    engine.load(None, base=build_model(args, ctx.device, dtype))
+    engine.load(None, base=None if args.model else build_model(args, ctx.device, dtype))
     return engine
 
 
-def run_path(args: argparse.Namespace, path: str, groups: list[dict], ctx: DistContext, run_dir: Path) -> dict:
+def run_path(args: argparse.Namespace, path: str, batches: list[list[dict]], ctx: DistContext, run_dir: Path) -> dict:
     device = ctx.device
     release(device)
+    turn = iter(range(1 << 62))
     if path == "plain":
-        step = plain_step(args, groups, ctx)
+        step = plain_step(args, batches, ctx)
         engine = None
     else:
         engine = engine_path(args, path, ctx, run_dir)
@@ -190,7 +231,7 @@ def run_path(args: argparse.Namespace, path: str, groups: list[dict], ctx: DistC
         def step() -> None:
             saved, attention.LONG_SEQUENCES = attention.LONG_SEQUENCES, long_from
             try:
-                engine.call("step", groups, 0)
+                engine.call("step", batches[next(turn) % len(batches)], 0)
             finally:
                 attention.LONG_SEQUENCES = saved
 
@@ -210,6 +251,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2-7b"], default="tiny",
                         help="random Qwen2 of this shape (tiny: the demo model's)")
+    parser.add_argument("--model", type=Path, default=None, help="a model directory instead of a random --shape")
+    parser.add_argument("--groups-from", type=Path, default=None,
+                        help="a batcher's write-ahead log: replay its groups (one batch of --batch-size sequences a step)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sequences a step, with --groups-from")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--paths", default="plain,padded,packed", help=f"comma-separated, of {', '.join(PATHS)}")
     parser.add_argument("--groups", type=int, default=8)
@@ -235,20 +280,30 @@ def main() -> None:
     unknown = set(paths) - set(PATHS)
     if unknown:
         parser.error(f"--paths: unknown {sorted(unknown)}; choose from {PATHS}")
+    if args.groups_from and "plain" in paths:
+        parser.error("--paths: plain times one synthetic batch; with --groups-from time the Engine's paths (padded, packed)")
     ctx = init_distributed(args.device)
     device = ctx.device
     peak_tflops = args.peak_tflops or (989.0 if device.type == "cuda" else None)
-    config = qwen2_config(args.shape)
-    groups = make_groups(config.vocab_size, args.groups, args.group_size, args.prompt, completion)
-    tokens = sum(len(t) - 1 for g in groups for t in g["tokens"])  # what a step trains on (inputs)
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    config = AutoConfig.from_pretrained(args.model) if args.model else qwen2_config(args.shape)
+    if args.groups_from:
+        batches = batches_of(groups_from_wal(args.groups_from), args.batch_size)
+        if not batches:
+            parser.error(f"--groups-from: no batch of {args.batch_size} sequences in {args.groups_from}")
+        args.repeats = min(args.repeats, len(batches) - 1) or 1
+        console.print(f"replaying {len(batches)} batches from {args.groups_from}; timing {args.repeats} after a warm-up")
+    else:
+        batches = [make_groups(config.vocab_size, args.groups, args.group_size, args.prompt, completion)]
+    timed_batches = [batches[i % len(batches)] for i in range(1, args.repeats + 1)] if len(batches) > 1 else batches
+    tokens = statistics.mean(sum(len(t) - 1 for g in b for t in g["tokens"]) for b in timed_batches)  # inputs a step
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for path in paths:
-            results[path] = run_path(args, path, groups, ctx, Path(tmp) / path)
+            results[path] = run_path(args, path, batches, ctx, Path(tmp) / path)
     if not ctx.is_main:
         shutdown(ctx)
         return
@@ -268,7 +323,7 @@ def main() -> None:
               "packed/packed-fa2": ratio("packed", "packed-fa2", "tokens_per_s"),
               "packed_memory/plain": ratio("packed", "plain", "peak_gib"), "padded_memory/plain": ratio("padded", "plain", "peak_gib")}
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else os.uname().machine
-    table = Table(title=f"{args.shape}, {params / 1e9:.2f}B params, {tokens} tokens/step, {world} x {gpu}")
+    table = Table(title=f"{args.model or args.shape}, {params / 1e9:.2f}B params, {tokens:.0f} tokens/step, {world} x {gpu}")
     for col in ("path", "s/step", "tokens/s", "MFU", "peak GiB", "tokens/s vs plain"):
         table.add_column(col, justify="right")
     for name, r in results.items():
@@ -278,7 +333,7 @@ def main() -> None:
                       f"{vs:.2f}x" if vs else "-")
     console.print(table)
     console.print("  ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v))
-    line = json.dumps({"shape": args.shape, "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
+    line = json.dumps({"shape": str(args.model) if args.model else args.shape, "groups_from": str(args.groups_from or ""), "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
                        "tokens": tokens, "groups": args.groups, "group_size": args.group_size, "prompt": args.prompt,
                        "completion": list(completion), "micro_batch_size": args.micro_batch_size, "pack_tokens": args.pack_tokens,
                        "activation_checkpointing": args.activation_checkpointing, "lora_rank": args.lora_rank,

@@ -8,8 +8,9 @@ transformers already passes through every decoder layer for flash-attn):
 
 - on CUDA in bf16/fp16, torch's own ``varlen_attn`` (the flash-attention varlen kernel built
   into torch: no extra wheel, forward and backward);
-- elsewhere (CPU, float32), causal SDPA over each sequence of the row in turn: exact, memory
-  linear in the row, and what a CPU does fastest (docs/trainer.md).
+- rows of long sequences (``LONG_SEQUENCES``), and everywhere else (CPU, float32): causal SDPA
+  over each sequence of the row in turn: exact, memory linear in the row, cuDNN's attention on
+  a Hopper GPU, and what a CPU does fastest (docs/trainer.md).
 
 Rows without bounds (padded rows) are right-padded by construction (``batch.to_tensors``), so
 causal attention never lets a real token see a pad: plain causal SDPA, flash on a GPU, with no
