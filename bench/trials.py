@@ -53,13 +53,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, free_port, server  # noqa: E402
 
 from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
-from rlstack.envs.agent.agents import AgentLimits, builtin_agent, trial_env  # noqa: E402
-from rlstack.envs.harbor.dataset import load_dataset  # noqa: E402
-from rlstack.envs.harbor.task import HarborTask  # noqa: E402
-from rlstack.envs.sandboxes.config import LocalSandboxConfig  # noqa: E402
-from rlstack.envs.sandboxes.local import LocalSandbox  # noqa: E402
-from rlstack.envs.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus  # noqa: E402
-from rlstack.envs.trials.run import run_trial  # noqa: E402
+from rlstack.episodes.agents import AgentLimits, builtin_agent, trial_env  # noqa: E402
+from rlstack.episodes.harbor.dataset import load_dataset  # noqa: E402
+from rlstack.episodes.harbor.task import HarborTask  # noqa: E402
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig  # noqa: E402
+from rlstack.episodes.sandboxes.local import LocalSandbox  # noqa: E402
+from rlstack.episodes.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus  # noqa: E402
+from rlstack.episodes.trials.run import run_trial  # noqa: E402
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"

@@ -114,7 +114,7 @@ def cmd_make_demo_model(args: argparse.Namespace) -> int:
 
 def write_training_tasks(args: argparse.Namespace) -> None:
     """The generated tasks a demo agent trains on (``--tasks-out``), unless they are there already."""
-    from rlstack.envs.harbor.make_tasks import generate, write_readme, write_task
+    from rlstack.episodes.harbor.make_tasks import generate, write_readme, write_task
 
     if not (args.tasks_out / "README.md").exists() or args.force:
         tasks = generate(args.tasks, args.task_seed, tuple(args.families.split(",")))
@@ -211,8 +211,14 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
+    from rlstack.episodes.sandboxes.pods import (
+        SandboxGone,
+        SandboxManager,
+        SandboxSpec,
+        agent_env,
+        run_once,
+    )
     from rlstack.kube.connection import connect
-    from rlstack.kube.sandboxes import SandboxGone, SandboxManager, SandboxSpec, agent_env, run_once
 
     secret = args.secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
     if secret:
@@ -251,7 +257,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from rlstack.common.process import ServiceFailed
-    from rlstack.envs.agent.one_trial import TrialInputError, TrialRequest, run_one, summary_lines
+    from rlstack.ops.trial import TrialInputError, TrialRequest, run_one, summary_lines
 
     try:
         request = TrialRequest(task_dir=args.task_dir, agent=args.agent, agent_command=args.agent_command, model=args.model,

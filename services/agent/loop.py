@@ -2,7 +2,7 @@
 
 The messages sent back are exactly the assistant messages the server returned (content and
 ``tool_calls`` untouched), so the chat template re-renders each turn as it was generated and
-the trial's calls chain into one token sequence (see ``rlstack.envs.agent.assemble``).
+the trial's calls chain into one token sequence (see ``rlstack.episodes.assemble``).
 
 Exit codes: 0 the episode ended (``submit``, an answer without tool calls, or the turn
 limit: the verifier judges the workspace); 2 no instruction; 3 a model call kept failing

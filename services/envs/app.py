@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from rlstack.common.auth import require_bearer
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
+from rlstack.envs.cluster import sandbox_manager
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.kube_sandboxes import sandbox_manager
 from rlstack.envs.runner import EnvMetrics, EnvRunner
 
 
@@ -24,7 +24,7 @@ def build_app(settings: EnvSettings) -> FastAPI:
         # first write, after the first trial has started): an env server that required it would
         # crash-loop on every new install.
         settings.trials_dir.mkdir(parents=True, exist_ok=True)
-        from rlstack.envs.agent.runner import AgentEnvRunner, AgentMetrics
+        from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
 
         runner: EnvRunner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))
     else:
@@ -57,7 +57,7 @@ def build_app(settings: EnvSettings) -> FastAPI:
         the pass rate of one trial per held-out task (harbor). Needs ``--auth-token`` when set."""
         require_bearer(request, settings.auth_token)
         if settings.task == "harbor":
-            from rlstack.envs.agent.runner import NoHeldOutTasks
+            from rlstack.envs.agent_trials import NoHeldOutTasks
 
             try:
                 return await runner.evaluate()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -172,6 +171,8 @@ class EnvSettings(ServiceSettings):
         if self.task == "harbor" and self.tasks_dir is None:
             raise ValueError("tasks_dir: task 'harbor' needs a Harbor dataset directory (--tasks-dir)")
         if self.agent_command is not None:
+            from rlstack.episodes.agents import agent_argv
+
             agent_argv(self.agent_command)  # a command that cannot be split fails here, not at the first trial
             if "agent" in self.model_fields_set and self.agent != "command":
                 raise ValueError(f"agent_command: runs instead of agent {self.agent!r}; leave --agent unset (or 'command')")
@@ -186,20 +187,3 @@ class EnvSettings(ServiceSettings):
     def task_spec(self) -> ArithmeticSpec | Gsm8kSpec | HarborSpec:
         fields = {name: getattr(self, name) for name in _SPEC_FIELDS[self.task]}
         return _TASK_SPEC.validate_python({"kind": self.task, **fields})
-
-
-def agent_argv(command: str) -> list[str]:
-    """``agent_command`` split as a POSIX shell would (no shell runs it); ``{instruction}`` must be a word of its own."""
-    from rlstack.envs.trials.records import INSTRUCTION_PLACEHOLDER
-
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise ValueError(f"agent_command: {exc} in {command!r}") from None
-    if not argv:
-        raise ValueError("agent_command: empty command")
-    inside = [a for a in argv if INSTRUCTION_PLACEHOLDER in a and a != INSTRUCTION_PLACEHOLDER]
-    if inside:
-        raise ValueError(f"agent_command: {INSTRUCTION_PLACEHOLDER} must be a word of its own (quote nothing around it), "
-                         f"not part of {inside[0]!r}; the instruction is also in $RLSTACK_INSTRUCTION_FILE")
-    return argv

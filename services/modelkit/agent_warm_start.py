@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from rlstack.agent.loop import SYSTEM_PROMPT
 from rlstack.agent.tools import tool_schemas
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.envs.harbor.make_tasks import BUGS, TaskSpec, generate
+from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec, generate
 from rlstack.modelkit.warm_start import sft_steps
 
 log = logging.getLogger(__name__)

@@ -24,13 +24,13 @@ from pydantic import BaseModel, Field
 
 from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceProcess, start_process
-from rlstack.envs.agent.agents import CLAUDE_CODE_BIN, claude_code_agent, trial_env
-from rlstack.envs.harbor.dataset import load_dataset
-from rlstack.envs.harbor.make_tasks import TaskSpec, write_task
-from rlstack.envs.sandboxes import build_sandbox
-from rlstack.envs.sandboxes.config import LocalSandboxConfig
-from rlstack.envs.trials.records import TrialSpec
-from rlstack.envs.trials.run import run_trial
+from rlstack.episodes.agents import CLAUDE_CODE_BIN, claude_code_agent, trial_env
+from rlstack.episodes.harbor.dataset import load_dataset
+from rlstack.episodes.harbor.make_tasks import TaskSpec, write_task
+from rlstack.episodes.sandboxes import build_sandbox
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig
+from rlstack.episodes.trials.records import TrialSpec
+from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.teacher import Teacher
 
 log = logging.getLogger(__name__)

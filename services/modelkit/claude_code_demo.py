@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from rlstack.envs.harbor.make_tasks import FAMILIES, generate
+from rlstack.episodes.harbor.make_tasks import FAMILIES, generate
 from rlstack.modelkit.agent_warm_start import _batch
 from rlstack.modelkit.claude_code_capture import CaptureSpec, capture
 from rlstack.modelkit.claude_code_corpus import (

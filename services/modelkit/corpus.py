@@ -44,7 +44,7 @@ def agent_lines(count: int, seed: int = 0) -> Iterator[str]:
     """The built-in agent's tool list and tool calls on generated tasks, as its prompts carry them."""
     from rlstack.agent.loop import SYSTEM_PROMPT
     from rlstack.agent.tools import tool_schemas
-    from rlstack.envs.harbor.make_tasks import generate
+    from rlstack.episodes.harbor.make_tasks import generate
 
     yield SYSTEM_PROMPT + "\n" + "\n".join(json.dumps(tool) for tool in tool_schemas())
     for spec in generate(count, seed):

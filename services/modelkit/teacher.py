@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rlstack.envs.harbor.make_tasks import BUGS, TaskSpec
+from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
 """The teacher's last turn: a plain answer with no tool call, which ends claude-code's loop."""

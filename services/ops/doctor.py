@@ -171,8 +171,8 @@ def check_sandboxes(c: DoctorConfig, now: datetime | None = None) -> Check | Non
         return None
     import asyncio
 
+    from rlstack.episodes.sandboxes.pods import SandboxManager
     from rlstack.kube.connection import connect
-    from rlstack.kube.sandboxes import SandboxManager
 
     async def listing() -> list[Pod]:
         client = connect(c.kube_api_url, c.namespace)
@@ -189,7 +189,7 @@ def check_sandboxes(c: DoctorConfig, now: datetime | None = None) -> Check | Non
 
 
 def judge_sandboxes(pods: list[Pod], stuck_after_s: float, leaked_after_s: float, now: datetime) -> Check:
-    from rlstack.kube.sandboxes import finished_at
+    from rlstack.episodes.sandboxes.pods import finished_at
 
     stuck, leaked = [], []
     for pod in pods:
@@ -295,8 +295,8 @@ def check_network_policies(c: DoctorConfig) -> Check | None:
         return None
     from urllib.parse import urlsplit
 
+    from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxSpec, run_once
     from rlstack.kube.connection import connect
-    from rlstack.kube.sandboxes import SandboxManager, SandboxSpec, run_once
 
     try:
         endpoints = asyncio.run(_registered(c)).endpoints

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlstack.envs.sandboxes.bwrap import Bind
-from rlstack.envs.trials import TrialResult, TrialSpec
+from rlstack.episodes.sandboxes.bwrap import Bind
+from rlstack.episodes.trials import TrialResult, TrialSpec
 from tests.helpers.fake_kubelet import container_argv
 
 ENV_USER = ENV_GROUP = 10001
@@ -30,10 +30,10 @@ ENV_USER = ENV_GROUP = 10001
 CHILD = r"""
 import asyncio, json, sys
 from pathlib import Path
-from rlstack.envs.sandboxes import KubernetesSandboxConfig, build_sandbox
-from rlstack.envs.trials import TrialSpec, run_trial
+from rlstack.episodes.sandboxes import KubernetesSandboxConfig, build_sandbox
+from rlstack.episodes.trials import TrialSpec, run_trial
 from rlstack.kube.connection import connect
-from rlstack.kube.sandboxes import SandboxManager, SandboxOwner
+from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxOwner
 
 req = json.loads(sys.argv[1])
 trials = Path(req["trials"])

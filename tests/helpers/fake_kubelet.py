@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlstack.envs.sandboxes.bwrap import Bind
+from rlstack.episodes.sandboxes.bwrap import Bind
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PRIVATE_TOPS = frozenset({"root", "home", "proc", "dev", "tmp", "run"})

@@ -10,11 +10,11 @@ import json
 import httpx
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent.runner import AgentEnvRunner, AgentMetrics
+from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
 from rlstack.envs.app import build_app
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.runner import EnvMetrics
-from rlstack.envs.trials.records import AgentSpec
+from rlstack.episodes.trials.records import AgentSpec
 from tests.conftest import REPO
 
 TASKS = REPO / "examples" / "tasks"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent.runner import AgentEnvRunner, AgentMetrics
+from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.harbor import HarborTask
 from rlstack.envs.runner import EnvMetrics
-from rlstack.envs.sandboxes import LocalSandboxConfig
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.harbor import HarborTask
+from rlstack.episodes.sandboxes import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from tests.conftest import REPO
 from tests.helpers.harbor_tasks import write_task
 
@@ -25,7 +25,7 @@ LOOK = r'''
 import json, os, sys
 paths = json.loads(sys.argv[1])
 seen = {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in paths}
-import rlstack.envs.sandboxes.safefs  # the runtime is visible
+import rlstack.episodes.sandboxes.safefs  # the runtime is visible
 open("/logs/agent/seen.json", "w").write(json.dumps(seen))
 '''
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlstack.envs.agent.one_trial import TrialRequest, stack_config
+from rlstack.ops.trial import TrialRequest, stack_config
 from tests.conftest import REPO
 
 TASK = REPO / "examples" / "tasks" / "sum-numbers-1"

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from rlstack.envs.harbor import load_dataset
-from rlstack.envs.sandboxes import LocalSandboxConfig
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.harbor import load_dataset
+from rlstack.episodes.sandboxes import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from tests.conftest import REPO
 
 DATASET = load_dataset(REPO / "examples" / "tasks")

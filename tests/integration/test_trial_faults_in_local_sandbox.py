@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from rlstack.envs.harbor import HarborTask
-from rlstack.envs.sandboxes import LocalSandboxConfig
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.sandboxes.procgroup import live_members
-from rlstack.envs.trials import (
+from rlstack.episodes.harbor import HarborTask
+from rlstack.episodes.sandboxes import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.sandboxes.procgroup import live_members
+from rlstack.episodes.trials import (
     AgentSpec,
     TrialExists,
     TrialResult,

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from rlstack.envs.harbor import HarborTask
-from rlstack.envs.sandboxes import LocalSandboxConfig, safefs
-from rlstack.envs.sandboxes.kubernetes import _outcome
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.trials import AgentSpec, TrialResult, TrialSpec, TrialStatus, run_trial
-from rlstack.envs.trials.atif import write_atif
+from rlstack.episodes.harbor import HarborTask
+from rlstack.episodes.sandboxes import LocalSandboxConfig, safefs
+from rlstack.episodes.sandboxes.kubernetes import _outcome
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials import AgentSpec, TrialResult, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.trials.atif import write_atif
 from tests.helpers.harbor_tasks import write_task
 
 AGENT_NAMES = ["exit_code.txt", "stdout.txt", "stderr.txt", "instruction.md", ".trajectory.json.tmp",
@@ -110,7 +110,7 @@ def test_the_pod_phase_runner_and_the_env_never_follow_links_in_the_log_director
     out_dir = trial_dir / "agent"
     out_dir.mkdir(parents=True)
     script = plant(["phase.json", ".phase.json.tmp", "exit_code.txt", "stderr.txt"], str(out_dir), outside)
-    done = subprocess.run([sys.executable, "-m", "rlstack.envs.sandboxes.phase", "--out-dir", str(out_dir),
+    done = subprocess.run([sys.executable, "-m", "rlstack.episodes.sandboxes.phase", "--out-dir", str(out_dir),
                            "--timeout", "30", "--stdout", "stdout.txt", "--stderr", "stderr.txt", "--exit-code-file",
                            "--", "sh", "-c", script], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr

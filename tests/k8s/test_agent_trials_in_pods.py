@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rlstack.envs.harbor.task import HarborTask
-from rlstack.envs.sandboxes import KubernetesSandboxConfig, build_sandbox
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.sandboxes import KubernetesSandboxConfig, build_sandbox
+from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxOwner
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from rlstack.kube.connection import connect
-from rlstack.kube.sandboxes import SandboxManager, SandboxOwner
 from tests.conftest import REPO
 from tests.helpers.env_server_as_user import (
     ENV_GROUP,
@@ -93,7 +93,7 @@ def test_the_pod_is_labelled_locked_down_and_sized_by_task_toml(kube_api, tmp_pa
     trials = tmp_path / "trials"
     trials.mkdir()
     box = sandbox(kube_api, trials)
-    from rlstack.envs.sandboxes.base import SandboxJob
+    from rlstack.episodes.sandboxes.base import SandboxJob
 
     job = SandboxJob(run=RUN, trial="t1", task=TASK, agent_command=["true"], agent_env={"OPENAI_BASE_URL": "u"},
                      agent_timeout_sec=60, verifier_timeout_sec=30, agent_dir=trials / RUN / "t1" / "agent",
@@ -139,8 +139,8 @@ def test_sandbox_pods_are_hardened_from_their_settings(kube_api, tmp_path, monke
     """Issue 22, items 1, 5 and 11: the env server's own group, no fsGroup (a shared claim would be
     re-chowned by every pod), a read-only root, sized emptyDirs and disk, an optional sandboxing
     runtime, and an owner reference the drain and the cluster-autoscaler accept."""
-    from rlstack.envs.sandboxes.base import SandboxJob
-    from rlstack.kube.sandboxes import SandboxPodSecurity
+    from rlstack.episodes.sandboxes.base import SandboxJob
+    from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
 
     for name, value in {"RUN_AS_USER": "10001", "RUN_AS_GROUP": "10001", "RUNTIME_CLASS_NAME": "gvisor",
                         "EPHEMERAL_STORAGE": "3Gi", "EMPTY_DIR_SIZE_LIMIT": "1Gi"}.items():

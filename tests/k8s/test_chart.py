@@ -139,7 +139,7 @@ def test_network_policies_select_what_they_claim(rendered):
 
     sandbox = policies["sandboxes"]
     assert sandbox["podSelector"]["matchExpressions"] == [{"key": "harbor-run", "operator": "Exists"}]
-    from rlstack.kube.sandboxes import SandboxManager, SandboxSpec
+    from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxSpec
 
     made = SandboxManager(None, "rl", "run").manifest(SandboxSpec(trial="t", image="a", command=["x"]))  # type: ignore[arg-type]
     assert "harbor-run" in made["metadata"]["labels"]  # what the sandbox manager creates is what the policy confines

@@ -151,7 +151,7 @@ def test_tensor_and_pipeline_parallel_request_their_gpus_and_a_memory_backed_shm
 # --- item 6: one source of truth for the sandbox label and account ---
 
 def test_sandbox_label_is_the_one_the_code_sets_and_an_existing_account_is_only_bound():
-    from rlstack.kube.sandboxes import SandboxManager
+    from rlstack.episodes.sandboxes.pods import SandboxManager
 
     objs = objects()
     policy = next(p for p in by_kind(objs, "NetworkPolicy") if p["metadata"]["name"].endswith("-sandboxes"))

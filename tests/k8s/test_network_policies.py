@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from rlstack.kube.sandboxes import SandboxManager, SandboxSpec
+from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxSpec
 from tests.k8s.conftest import by_kind, render
 from tests.k8s.test_chart import workloads
 

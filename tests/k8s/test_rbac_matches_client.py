@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime
 
+from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxOwner, SandboxSpec
 from rlstack.kube.connection import connect
 from rlstack.kube.replica_pods import watch_replica_pods
-from rlstack.kube.sandboxes import SandboxManager, SandboxOwner, SandboxSpec
 from rlstack.ops.doctor import DoctorConfig, check_sandboxes
 from tests.k8s.conftest import by_kind
 

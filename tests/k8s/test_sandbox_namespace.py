@@ -13,18 +13,18 @@ import sys
 import pytest
 import yaml
 
-from rlstack.envs.harbor.task import HarborTask
-from rlstack.envs.sandboxes import KubernetesSandboxConfig, build_sandbox
-from rlstack.envs.sandboxes.base import SandboxJob
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus
-from rlstack.kube.connection import connect
-from rlstack.kube.sandboxes import (
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.sandboxes import KubernetesSandboxConfig, build_sandbox
+from rlstack.episodes.sandboxes.base import SandboxJob
+from rlstack.episodes.sandboxes.pods import (
     OWNER_UID_LABEL,
     SandboxManager,
     SandboxOwner,
     SandboxPlacement,
     SandboxSpec,
 )
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus
+from rlstack.kube.connection import connect
 from tests.conftest import REPO
 from tests.k8s.conftest import CHART, by_kind, helm, render
 from tests.k8s.pod_security import restricted_violations

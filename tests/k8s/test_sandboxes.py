@@ -7,8 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rlstack.episodes.sandboxes.pods import (
+    SandboxGone,
+    SandboxManager,
+    SandboxOwner,
+    SandboxSpec,
+    agent_env,
+)
 from rlstack.kube.connection import connect
-from rlstack.kube.sandboxes import SandboxGone, SandboxManager, SandboxOwner, SandboxSpec, agent_env
 
 NS = "rl"
 

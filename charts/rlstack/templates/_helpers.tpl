@@ -81,7 +81,7 @@ app.kubernetes.io/part-of: rlstack
 {{- end -}}
 
 {{/* The label the sandbox manager puts on every trial pod. It is fixed in the code
-     (rlstack.kube.sandboxes.SandboxManager's run_label); the NetworkPolicy and NOTES read it here. */}}
+     (rlstack.episodes.sandboxes.pods.SandboxManager's run_label); the NetworkPolicy and NOTES read it here. */}}
 {{- define "rlstack.sandboxRunLabel" -}}harbor-run{{- end -}}
 
 {{/* The env servers' service account: the chart's own, or an existing one (serviceAccount.create=false). */}}

@@ -148,7 +148,7 @@ def claude_bin() -> str:
     import shutil
     import subprocess
 
-    from rlstack.envs.agent.agents import CLAUDE_CODE_BIN, CLAUDE_CODE_VERSION
+    from rlstack.episodes.agents import CLAUDE_CODE_BIN, CLAUDE_CODE_VERSION
     from tests.conftest import REPO
 
     binary = REPO / CLAUDE_CODE_BIN

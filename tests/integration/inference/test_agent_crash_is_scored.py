@@ -11,11 +11,11 @@ import pytest
 
 from rlstack.common.contracts.trajectory import read_trajectory
 from rlstack.common.trial_keys import agent_env
-from rlstack.envs.harbor import HarborTask
-from rlstack.envs.sandboxes import LocalSandboxConfig
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
-from rlstack.envs.trials.verdict import judge_agent_exit
+from rlstack.episodes.harbor import HarborTask
+from rlstack.episodes.sandboxes import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.trials.verdict import judge_agent_exit
 from tests.helpers.harbor_tasks import write_task
 
 CALL = (f"{sys.executable} -c \"import json, os, urllib.request as u; u.urlopen(u.Request(os.environ['OPENAI_BASE_URL'] + "

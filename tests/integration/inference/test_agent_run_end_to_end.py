@@ -19,7 +19,7 @@ import yaml
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import read_trajectory
-from rlstack.envs.agent.assemble import assemble
+from rlstack.episodes.assemble import assemble
 from tests.conftest import REPO
 
 STEPS = 2

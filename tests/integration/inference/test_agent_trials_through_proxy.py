@@ -127,7 +127,7 @@ def test_claude_code_trials_run_in_the_sandbox_and_are_trained_on_exact_ids(serv
     assert result["agent"]["run"]["exit_code"] != 0  # claude-code gave up; the verdict still scored it
     assert "output token maximum" in (trial / "agent" / "stdout.txt").read_text()  # claude-code's own verdict
 
-    from rlstack.envs.agent.assemble import assemble
+    from rlstack.episodes.assemble import assemble
 
     calls = read_trajectory(trial)
     first = calls[0]

@@ -18,13 +18,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlstack.common.contracts.trajectory import read_trajectory
-from rlstack.envs.agent.agents import claude_code_agent, trial_env
-from rlstack.envs.harbor.dataset import load_dataset
-from rlstack.envs.harbor.make_tasks import generate, write_task
-from rlstack.envs.sandboxes import build_sandbox
-from rlstack.envs.sandboxes.config import LocalSandboxConfig
-from rlstack.envs.trials.records import TrialSpec
-from rlstack.envs.trials.run import run_trial
+from rlstack.episodes.agents import claude_code_agent, trial_env
+from rlstack.episodes.harbor.dataset import load_dataset
+from rlstack.episodes.harbor.make_tasks import generate, write_task
+from rlstack.episodes.sandboxes import build_sandbox
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig
+from rlstack.episodes.trials.records import TrialSpec
+from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.claude_code_corpus import load_exchanges, render_prompt
 from rlstack.modelkit.claude_code_demo import ClaudeCodeDemoSpec, build_claude_code_demo
 from tests.conftest import PROXY_PYTHON, start_service
@@ -103,7 +103,7 @@ def test_claude_code_runs_the_policys_tool_calls(demo_model, demo_proxy, claude_
     # (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
     # tokens are every completion the policy generated, in order.
     from rlstack.common.contracts.atropos import MASKED
-    from rlstack.envs.agent.assemble import assemble
+    from rlstack.episodes.assemble import assemble
 
     for before, after in zip(calls, calls[1:]):
         assert after.splice is not None and after.splice.onto == before.request_id

@@ -17,8 +17,8 @@ import httpx
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import read_trajectory
-from rlstack.envs.agent.agents import CLAUDE_CODE_SYSTEM_PROMPT, CLAUDE_CODE_TOOLS
-from rlstack.envs.agent.assemble import assemble
+from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT, CLAUDE_CODE_TOOLS
+from rlstack.episodes.assemble import assemble
 from tests.helpers.groups import trainer_registration
 from tests.integration.inference.test_agent_trials_through_proxy import (
     dataset,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from rlstack.envs.agent.agents import CLAUDE_CODE_SYSTEM_PROMPT
-from rlstack.envs.harbor.make_tasks import generate
+from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT
+from rlstack.episodes.harbor.make_tasks import generate
 from rlstack.modelkit.claude_code_capture import CaptureSpec, capture
 from rlstack.modelkit.claude_code_corpus import (
     TEMPLATE,

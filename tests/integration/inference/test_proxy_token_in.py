@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from rlstack.common.contracts.trajectory import read_trajectory
-from rlstack.envs.agent.assemble import assemble
+from rlstack.episodes.assemble import assemble
 
 TOOLS_OPENAI = [{"type": "function", "function": {"name": "bash", "description": "Run a command",
                  "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]

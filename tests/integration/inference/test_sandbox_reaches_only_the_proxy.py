@@ -13,10 +13,10 @@ import json
 import sys
 
 from rlstack.common.trial_keys import agent_env
-from rlstack.envs.harbor import HarborTask
-from rlstack.envs.sandboxes import LocalSandboxConfig
-from rlstack.envs.sandboxes.local import LocalSandbox
-from rlstack.envs.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.harbor import HarborTask
+from rlstack.episodes.sandboxes import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from tests.helpers.harbor_tasks import write_task
 
 PROBE = r'''

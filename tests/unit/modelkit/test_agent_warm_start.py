@@ -6,7 +6,7 @@ from transformers import AutoTokenizer
 
 from rlstack.agent.tools import tool_schemas
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.envs.harbor.make_tasks import generate
+from rlstack.episodes.harbor.make_tasks import generate
 from rlstack.modelkit.agent_warm_start import encode, solution_commands, transcript
 
 

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from transformers import AutoTokenizer
 
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.envs.harbor.make_tasks import BUGS, generate
+from rlstack.episodes.harbor.make_tasks import BUGS, generate
 from rlstack.modelkit.claude_code_corpus import (
     TEMPLATE,
     as_vllm_renders,

@@ -1,1 +1,0 @@
-"""Agent envs: Harbor tasks run as trials by an agent in a sandbox, turned into GRPO groups."""

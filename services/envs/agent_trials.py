@@ -1,0 +1,394 @@
+"""The agent env's loop: per Harbor task, ``group_size`` trials of the agent in sandboxes, their
+calls assembled into sequences, one group posted with the trials' rewards. Every sequence of a
+trial is posted (its main thread, side calls, sub-agent threads, the segments after a
+compaction), each carrying the trial's reward, and the group's ``trials`` says whose row each
+is: the group has ``group_size`` members and advantages are taken over members, so a trial
+with many segments counts once in the baseline. The trainer registers ``batch_fill:
+at_least``, so groups of varying row counts always batch (``--trial-sequences main`` posts one
+row per trial for a trainer that needs Atropos's exact batches).
+
+Registration, batcher back-pressure and posting are the single-turn runner's; what differs is
+the rollout. A group is posted only when every trial was scored: a trial that could not be
+(infra error, agent crash or timeout, a failed model call) is retried as a new attempt, and if
+it still fails the group is dropped and counted, never posted with a made-up reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import itertools
+import logging
+import math
+import random
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from rlstack.common.auth import bearer
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
+from rlstack.envs.config import EnvSettings
+from rlstack.envs.runner import EnvMetrics, EnvRunner
+from rlstack.episodes.agents import (
+    AgentLimits,
+    builtin_agent,
+    claude_code_agent,
+    command_agent,
+    trial_env,
+)
+from rlstack.episodes.assemble import Assembly, assemble
+from rlstack.episodes.harbor.dataset import Dataset, load_dataset
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.sandboxes import (
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    Sandbox,
+    build_sandbox,
+)
+from rlstack.episodes.trials.layout import TrialPaths
+from rlstack.episodes.trials.records import (
+    AgentSpec,
+    TrajectoryStats,
+    TrialResult,
+    TrialSpec,
+    TrialStatus,
+)
+from rlstack.episodes.trials.run import run_trial, trial_key_ttl, write_result
+from rlstack.episodes.trials.verdict import judge_agent_exit
+
+log = logging.getLogger(__name__)
+DEFAULT_CONTEXT = 32768
+"""Token limit when the served model's own cannot be read (no registry)."""
+
+
+class GroupDropped(RuntimeError):
+    """No group can be posted for this task now; the reason is in the message and the metrics."""
+
+
+class AgentMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.trials_started = Counter("rlstack_env_trials_started", "Agent trials started", ["env"], registry=registry)
+        self.trials_finished = Counter("rlstack_env_trials_finished", "Agent trials finished, by status",
+                                       ["env", "status"], registry=registry)
+        self.trial_seconds = Histogram("rlstack_env_trial_seconds", "Wall time of one trial", ["env"], registry=registry,
+                                       buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600))
+        self.sandboxes_active = Gauge("rlstack_env_sandboxes_active", "Trials running now", ["env"], registry=registry)
+        self.thread_breaks = Counter("rlstack_env_thread_breaks", "Calls that did not extend their conversation's "
+                                     "tokens and started a new sequence", ["env"], registry=registry)
+        self.calls_merged = Counter("rlstack_env_calls_merged", "Calls that extended their thread's sequence",
+                                    ["env"], registry=registry)
+        self.constant_groups = Counter("rlstack_env_constant_groups", "Groups whose rewards were all equal "
+                                       "(no GRPO signal)", ["env"], registry=registry)
+        self.sequences_dropped = Counter("rlstack_env_sequences_dropped", "Sequences of a trial other than its main "
+                                         "thread (after a thread break, side calls), not posted", ["env"], registry=registry)
+        self.staleness_waits = Counter("rlstack_env_staleness_waits", "Groups held back at start because the "
+                                       "policy would be too far ahead", ["env"], registry=registry)
+
+
+class NoHeldOutTasks(LookupError):
+    """POST /evaluate on an env that holds no tasks out (``heldout_size`` 0)."""
+
+
+class HarborTasks:
+    """The dataset as an endless stream: every training task once per epoch, in a seeded order.
+
+    ``heldout_size`` tasks never enter the stream; POST /evaluate runs them. They are the tasks
+    whose names hash lowest: the same split for every seed, and adding tasks moves few of them.
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, heldout_size: int = 0) -> None:
+        if heldout_size and heldout_size >= len(dataset):
+            raise ValueError(f"heldout_size: holding out {heldout_size} of the {len(dataset)} tasks in "
+                             f"{dataset.root} leaves none to train on")
+        ranked = sorted(dataset.tasks, key=lambda t: hashlib.sha256(t.short_name.encode()).hexdigest())
+        held = {t.short_name for t in ranked[:heldout_size]}
+        self.dataset, self.seed = dataset, seed
+        self.training = [t for t in dataset.tasks if t.short_name not in held]
+        self._heldout = [t for t in dataset.tasks if t.short_name in held]
+
+    @classmethod
+    def load(cls, tasks_dir: Path, seed: int, heldout_size: int = 0) -> HarborTasks:
+        return cls(load_dataset(tasks_dir), seed, heldout_size)
+
+    def stream(self) -> Iterator[HarborTask]:
+        rng = random.Random(self.seed)
+        for _ in itertools.count():
+            order = list(self.training)
+            rng.shuffle(order)
+            yield from order
+
+    def heldout(self) -> list[HarborTask]:
+        return list(self._heldout)
+
+
+class TrialOutcome:
+    def __init__(self, result: TrialResult, assembly: Assembly | None, token_limit: int) -> None:
+        self.result, self.assembly, self.token_limit = result, assembly, token_limit
+
+    @property
+    def too_long(self) -> bool:
+        return self.assembly is not None and any(len(s.tokens) > self.token_limit for s in self.assembly.sequences)
+
+    @property
+    def scored(self) -> bool:
+        """Only a finished trial whose every call is trainable counts: anything else is not a wrong answer."""
+        return (self.result.status == TrialStatus.OK and self.assembly is not None and self.assembly.failed_calls == 0
+                and bool(self.assembly.sequences) and not self.too_long)
+
+
+class AgentEnvRunner(EnvRunner):
+    def __init__(self, settings: EnvSettings, metrics: EnvMetrics, agent_metrics: AgentMetrics,
+                 sandbox: Sandbox | None = None, tasks: HarborTasks | None = None) -> None:
+        if settings.tasks_dir is None:
+            raise ValueError("task harbor needs --tasks-dir (a directory of Harbor tasks)")
+        tasks = tasks or HarborTasks.load(settings.tasks_dir, settings.seed, settings.heldout_size or 0)
+        super().__init__(settings, metrics, task=tasks)
+        self.am = agent_metrics
+        self._kube = None  # the API client of the kubernetes backend
+        self.agent = self._agent_spec()
+        self.sandbox = sandbox or self._sandbox()
+        self.slots = asyncio.Semaphore(settings.max_concurrent_trials)
+        self.groups = itertools.count()
+        self.groups_started = 0
+        self.instance = secrets.token_hex(3)
+        """In every trial id: a restarted env never reuses a trial directory."""
+        self.evaluations = itertools.count()
+        self._limit: int | None = None
+
+    def _agent_spec(self) -> AgentSpec:
+        if self.s.agent == "claude-code":
+            return claude_code_agent(self.s.claude_code_bin)
+        if self.s.agent == "command" and self.s.agent_command is not None:
+            return command_agent(self.s.agent_command)
+        return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
+                                         temperature=self.s.temperature))
+
+    def _sandbox(self) -> Sandbox:
+        if self.s.sandbox == "kubernetes":
+            if not (self.s.sandbox_image and self.s.sandbox_claim):
+                raise ValueError("--sandbox kubernetes needs --sandbox-image and --sandbox-claim")
+            from rlstack.envs.cluster import sandbox_manager
+
+            self._kube, manager = sandbox_manager(self.s)
+            config = KubernetesSandboxConfig(image=self.s.sandbox_image, claim_name=self.s.sandbox_claim,
+                                             trials_dir=self.s.trials_dir.resolve(),
+                                             trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
+            sandbox = build_sandbox(config, manager)
+        else:
+            hide = {} if self.s.sandbox_hide_paths is None else {"hide_paths": self.s.sandbox_hide_paths}
+            sandbox = build_sandbox(LocalSandboxConfig(**hide))
+        sandbox.check()
+        return sandbox
+
+    async def token_limit(self) -> int:
+        """The served model's context: an agent trial's one sequence can be that long."""
+        if self.s.max_token_length:
+            return self.s.max_token_length
+        if self._limit is None:
+            self._limit = await self._served_context() or DEFAULT_CONTEXT
+        return self._limit
+
+    async def _served_context(self) -> int | None:
+        """The replicas' ``max_model_len`` label in the registry (their sidecars read it from vLLM).
+        Never vLLM itself: its port is closed to env pods, since it also serves the dev routes."""
+        if self.registry is None:
+            return None
+        try:
+            endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("could not read the served model's context length from the registry: %r", exc)
+            return None
+        lengths = [int(e.labels["max_model_len"]) for e in endpoints if e.labels.get("max_model_len", "").isdigit()]
+        return min(lengths, default=None)  # a sequence must fit every replica that may serve it
+
+    async def rollout(self, problem: HarborTask, trial: str) -> dict:
+        await self._wait_for_staleness_room()
+        number = next(self.groups)
+        self.groups_started += 1
+        try:
+            outcomes = await asyncio.gather(*(self._scored_trial(problem, f"{trial}-{self.instance}-g{number}-t{i}")
+                                              for i in range(self.s.group_size)))
+            return self._group(problem, outcomes)
+        except BaseException:
+            self.groups_started -= 1  # a dropped group never reaches the trainer
+            raise
+
+    async def _wait_for_staleness_room(self) -> None:
+        """AReaL's rule: start group g only while g < (version + max_staleness + 1) * groups per batch,
+        with the trainer's version (the newest a replica holds), never a lagging replica's."""
+        if self.s.max_staleness is None:
+            return
+        per_batch = math.ceil((self.batch_size or self.s.group_size) / self.s.group_size)
+        waited = False
+        while True:
+            version = await self.policy_version()
+            if self.groups_started < (version + self.s.max_staleness + 1) * per_batch:
+                return
+            if not waited:
+                self.am.staleness_waits.labels(self.s.name).inc()
+                waited = True
+            await asyncio.sleep(0.5)
+
+    async def _scored_trial(self, task: HarborTask, trial: str) -> TrialOutcome:
+        outcome = None
+        for attempt in range(1, self.s.trial_retries + 2):
+            outcome = await self._trial(task, trial if attempt == 1 else f"{trial}-a{attempt}", attempt)
+            if outcome.scored:
+                return outcome
+            log.info("trial %s attempt %d not scorable: %s (%s)", trial, attempt, outcome.result.status,
+                     outcome.result.error or _why(outcome))
+        assert outcome is not None
+        raise GroupDropped(f"task {task.short_name}: trial {trial} could not be scored after {attempt} attempt(s): "
+                           f"{outcome.result.status} {outcome.result.error or _why(outcome)}")
+
+    async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
+        agent = agent or self.agent
+        async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
+            key = self._trial_key(trial, trial_key_ttl(task, self.s.agent_timeout_seconds))
+            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name)
+            spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
+                             agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
+            self.am.trials_started.labels(self.s.name).inc()
+            self.am.sandboxes_active.labels(self.s.name).inc()
+            started = time.monotonic()
+            try:
+                result = await run_trial(spec, self.sandbox, self.s.trials_dir)
+            finally:
+                self.am.sandboxes_active.labels(self.s.name).dec()
+        self.am.trials_finished.labels(self.s.name, result.status.value).inc()
+        self.am.trial_seconds.labels(self.s.name).observe(time.monotonic() - started)
+        paths = TrialPaths.of(self.s.trials_dir, self.s.run_id, trial)
+        records = await self._records(paths)
+        result = judge_agent_exit(result, records)  # an agent's own crash is scored unless calls failed
+        assembly = assemble(records) if records else None
+        if assembly is not None:
+            self.am.thread_breaks.labels(self.s.name).inc(assembly.thread_breaks)
+            self.am.calls_merged.labels(self.s.name).inc(assembly.merged_calls)
+            result.trajectory = TrajectoryStats(
+                calls=assembly.calls, merged_calls=assembly.merged_calls, thread_breaks=assembly.thread_breaks,
+                failed_calls=assembly.failed_calls, retried_calls=assembly.retried_calls, sequences=len(assembly.sequences),
+                trained_tokens=sum(s.trained_tokens for s in assembly.sequences), merge_share=assembly.merge_share,
+                spliced_calls=assembly.spliced_calls, edited_segments=assembly.edited_segments)
+            await asyncio.to_thread(write_result, paths, result)
+            await asyncio.to_thread(self._export_atif, paths, agent.name)
+        limit = await self.token_limit()
+        if self.trainer_token_limit:
+            limit = min(limit, self.trainer_token_limit)
+        return TrialOutcome(result, assembly, limit)
+
+    def _export_atif(self, paths: TrialPaths, agent: str) -> None:
+        from rlstack.episodes.trials.atif import write_atif
+
+        try:
+            write_atif(paths.root, agent)
+        except Exception:  # an export is a convenience: never lose a scored trial over it
+            log.exception("ATIF export of %s failed", paths.root)
+
+    async def _records(self, paths: TrialPaths) -> list[TrajectoryRecord]:
+        """Tell the proxy the trial is over and take the calls it logged (a signal, not a settle delay).
+
+        If the proxy cannot be asked (an older proxy, or it is restarting), the files are read as
+        they are, with a warning: every call already answered is on disk or within ms of it."""
+        from rlstack.common.contracts.trial_end import TrialEnd, end_token
+
+        secret = self.s.trial_key_secret.get_secret_value() if self.s.trial_key_secret else None
+        try:  # the runner's own keep-alive client to the proxy, not a new connection per trial
+            reply = await self.proxy.post(f"/trials/{self.s.run_id}/{paths.root.name}/end", timeout=60,
+                                          headers=bearer(end_token(secret, self.s.run_id, paths.root.name)))
+            reply.raise_for_status()
+            ended = TrialEnd.model_validate_json(reply.content)
+            if ended.in_flight:
+                log.warning("trial %s: the proxy was still logging %d call(s) at its end", paths.root.name, ended.in_flight)
+            if ended.unreached:
+                log.warning("trial %s: proxy pods %s did not take its end; calls they served may be missing",
+                            paths.root.name, ", ".join(ended.unreached))
+            return ended.records
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("trial %s: the proxy did not answer its end (%r); reading its files as they are", paths.root.name, exc)
+            return await asyncio.to_thread(read_trajectory, paths.root)
+
+    async def one_trial(self, task: HarborTask, trial: str, agent: AgentSpec | None = None) -> TrialOutcome:
+        """One trial outside any group (``rlstack trial``): run, its logged calls, assembly, result.json."""
+        return await self._trial(task, trial, 1, agent)
+
+    def eval_agent(self) -> AgentSpec:
+        """The built-in agent at ``eval_temperature``; any other agent as it trains."""
+        if self.agent.name != "builtin":
+            return self.agent
+        return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
+                                         temperature=self.s.eval_temperature))
+
+    async def evaluate(self) -> dict:
+        """Pass rate on the held-out tasks: ``eval_samples`` trials each (the built-in agent at
+        ``eval_temperature``, any other agent as configured). A trial passes when it ends ``ok``
+        with reward 1; one that does not finish does not pass, and ``statuses`` says how each ended."""
+        held = self.task.heldout()
+        if not held:
+            raise NoHeldOutTasks("no held-out tasks: start the env with --heldout-size N to keep N tasks for evaluation")
+        version = await self.weight_version()
+        agent = self.eval_agent()
+        number = next(self.evaluations)
+        runs = [task for task in held for _ in range(self.s.eval_samples)]
+        outcomes = await asyncio.gather(*(self._trial(task, f"{self.s.name}-eval-{self.instance}-e{number}-t{i}", 1, agent)
+                                          for i, task in enumerate(runs)))
+        rewards = [o.result.reward for o in outcomes if o.result.status == TrialStatus.OK and o.result.reward is not None]
+        passed = sum(r >= 1.0 for r in rewards)
+        statuses = collections.Counter(o.result.status.value for o in outcomes)
+        log.info("evaluation %d: %d of %d held-out trials passed (%d tasks; %s)", number, passed, len(runs), len(held),
+                 dict(statuses))
+        return {"accuracy": passed / len(runs), "problems": len(held), "trials": len(runs), "weight_version": version,
+                "reward_mean": sum(rewards) / len(rewards) if rewards else None, "statuses": dict(statuses)}
+
+    def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict:
+        rewards = [o.result.reward for o in outcomes]
+        self.recent_rewards.extend(r for r in rewards if r is not None)
+        self.metrics.rollouts.labels(self.s.name).inc(len(outcomes))
+        if self.recent_rewards:
+            self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
+        if len(set(rewards)) == 1:
+            self.am.constant_groups.labels(self.s.name).inc()
+            if self.s.drop_constant_groups:
+                raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
+        tokens, masks, logprobs, scores, versions, members = [], [], [], [], [], []
+        for member, outcome in enumerate(outcomes):
+            assert outcome.assembly is not None and outcome.result.reward is not None
+            main, *side = sorted(outcome.assembly.sequences, key=lambda s: s.trained_tokens, reverse=True)
+            every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
+            posted = [main, *side] if every else [main]
+            if len(posted) < 1 + len(side):
+                self.am.sequences_dropped.labels(self.s.name).inc(len(side))
+            for sequence in posted:
+                tokens.append(sequence.tokens)
+                masks.append(sequence.masks)
+                logprobs.append(sequence.inference_logprobs)
+                scores.append(outcome.result.reward)
+                versions.extend(sequence.weight_versions)
+                members.append(member)
+        group: dict = {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": logprobs,
+                       "env_id": self.env_id}
+        if len(members) > len(outcomes):
+            group["trials"] = members  # a trial's side calls, sub-agents and segments: rows of one member
+        if versions:
+            group["weight_version"] = min(versions)  # the oldest policy any call of the group saw
+        return group
+
+    async def aclose(self) -> None:
+        await self.sandbox.close()
+        if self._kube is not None:
+            await self._kube.close()
+        await super().aclose()
+
+
+def _why(outcome: TrialOutcome) -> str:
+    if outcome.assembly is None:
+        return "no model call reached the proxy"
+    if outcome.assembly.failed_calls:
+        return f"{outcome.assembly.failed_calls} failed model call(s)"
+    if outcome.too_long:
+        return f"a sequence is longer than the {outcome.token_limit}-token limit"
+    return "no trained tokens"

@@ -1,6 +1,0 @@
-"""Harbor's task format: task directories (``task.toml``, instruction, environment, tests) and datasets of them."""
-
-from rlstack.envs.harbor.dataset import Dataset, DatasetError, load_dataset
-from rlstack.envs.harbor.task import HarborTask, TaskError
-
-__all__ = ["Dataset", "DatasetError", "HarborTask", "TaskError", "load_dataset"]

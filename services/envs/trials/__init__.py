@@ -1,7 +1,0 @@
-"""Trials: one agent on one task in one sandbox, its verifier's reward, and the records it leaves."""
-
-from rlstack.envs.trials.layout import TrialPaths
-from rlstack.envs.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus
-from rlstack.envs.trials.run import TrialExists, run_trial
-
-__all__ = ["AgentSpec", "TrialExists", "TrialPaths", "TrialResult", "TrialSpec", "TrialStatus", "run_trial"]

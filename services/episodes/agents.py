@@ -1,0 +1,101 @@
+"""The agents an agent env can run, as ``AgentSpec``s, and the environment that points each at
+its trial's proxy URL with its trial key.
+
+Both shipped agents are installed before any trial starts (the built-in one is this package;
+claude-code is a pinned npm install, ``make setup-claude-code``, or the image): a trial never
+downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from rlstack.common.trial_keys import agent_env
+from rlstack.episodes.trials.records import INSTRUCTION_PLACEHOLDER, AgentSpec
+
+CLAUDE_CODE_VERSION = "2.1.330"
+"""The pinned @anthropic-ai/claude-code release (DESIGN.md measured its requests)."""
+CLAUDE_CODE_BIN = Path(".cache/claude-code/node_modules/.bin/claude")
+
+
+def agent_argv(command: str) -> list[str]:
+    """``agent_command`` split as a POSIX shell would (no shell runs it); ``{instruction}`` must be a word of its own."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"agent_command: {exc} in {command!r}") from None
+    if not argv:
+        raise ValueError("agent_command: empty command")
+    inside = [a for a in argv if INSTRUCTION_PLACEHOLDER in a and a != INSTRUCTION_PLACEHOLDER]
+    if inside:
+        raise ValueError(f"agent_command: {INSTRUCTION_PLACEHOLDER} must be a word of its own (quote nothing around it), "
+                         f"not part of {inside[0]!r}; the instruction is also in $RLSTACK_INSTRUCTION_FILE")
+    return argv
+
+
+class AgentLimits(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_turns: int = 8
+    max_tokens: int = 256
+    temperature: float = 1.0
+
+
+def builtin_agent(limits: AgentLimits, python: str = sys.executable) -> AgentSpec:
+    return AgentSpec(name="builtin", command=[python, "-m", "rlstack.agent"],
+                     env={"RLSTACK_AGENT_MAX_TURNS": str(limits.max_turns),
+                          "RLSTACK_AGENT_MAX_TOKENS": str(limits.max_tokens),
+                          "RLSTACK_AGENT_TEMPERATURE": str(limits.temperature)})
+
+
+CLAUDE_CODE_TOOLS = "Bash,Read,Edit"
+"""claude-code's built-in tools in a trial: shell, read, edit. Under ``--bare`` these are all of
+its file tools (``Write`` is not offered there), each with a one-line description."""
+CLAUDE_CODE_SYSTEM_PROMPT = "You are a coding agent working in /app. Use the tools to do the task, then say Done."
+"""Replaces claude-code's default system prompt (about 10k tokens in the demo tokenizer)."""
+
+
+def claude_code_agent(binary: Path = CLAUDE_CODE_BIN) -> AgentSpec:
+    """claude-code in print mode with a prompt a tiny CPU policy can take: 26,885 tokens of first
+    request shrink to about 1,300 in the demo tokenizer (measured, docs/agent-trials.md).
+
+    ``--bare`` drops the environment, skills, agents and deferred-tool reminders and gives the
+    tools short descriptions; ``--tools`` keeps three tools of twelve; ``--system-prompt``
+    replaces the default one; ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` drops a billing line whose
+    hash changes from call to call (it would end every prefix-cache hit at the first line).
+    """
+    if not binary.exists():
+        raise FileNotFoundError(f"claude-code is not installed at {binary}: run `make setup-claude-code` "
+                                f"(npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION})")
+    command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",
+               "--tools", CLAUDE_CODE_TOOLS, "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT]
+    return AgentSpec(name="claude-code", command=command,
+                     env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+                          "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"})
+
+
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def command_agent(command: str) -> AgentSpec:
+    """Any scaffold as a command line (``--agent-command``). A relative program path
+    (``.venv-mini/bin/mini``) is made absolute here, since the agent runs in /app; the agent is
+    named after its program (the first word after ``env VAR=...``)."""
+    argv = agent_argv(command)
+    if "/" in argv[0] and not Path(argv[0]).is_absolute():
+        argv[0] = str(Path(argv[0]).resolve())
+    program = next((a for a in argv if a != "env" and not ENV_ASSIGNMENT.match(a)), argv[0])
+    return AgentSpec(name=Path(program).name or "command", command=argv)
+
+
+def trial_env(agent: AgentSpec, proxy_url: str, run: str, trial: str, key: str, model: str) -> dict[str, str]:
+    """Where the agent finds the policy: the trial's prefix on the proxy (both API dialects), its key, the model."""
+    env = {**agent_env(proxy_url, run, trial, key), "OPENAI_MODEL": model}
+    if agent.name != "builtin":  # an Anthropic client needs a model name: any claude-* maps onto the policy
+        env["ANTHROPIC_MODEL"] = "claude-sonnet-4-5"
+    return env

@@ -1,0 +1,33 @@
+"""Where trials run: one ``Sandbox`` protocol and its backends (``local``: bubblewrap on this host)."""
+
+from rlstack.episodes.sandboxes.base import (
+    Sandbox,
+    SandboxError,
+    SandboxJob,
+    SandboxOutcome,
+    SandboxUnavailable,
+)
+from rlstack.episodes.sandboxes.config import (
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    SandboxConfig,
+)
+
+
+def build_sandbox(config: SandboxConfig, manager=None) -> Sandbox:  # noqa: ANN001 - a kube SandboxManager
+    """The backend named by ``config.type``; ``kubernetes`` also needs the env server's ``SandboxManager``."""
+    if config.type == "local":
+        from rlstack.episodes.sandboxes.local import LocalSandbox
+
+        return LocalSandbox(config)
+    if config.type == "kubernetes":
+        from rlstack.episodes.sandboxes.kubernetes import KubernetesSandbox
+
+        if manager is None:
+            raise ValueError("the kubernetes sandbox needs a SandboxManager")
+        return KubernetesSandbox(manager, config)
+    raise ValueError(f"unknown sandbox type {config.type!r}")
+
+
+__all__ = ["KubernetesSandboxConfig", "LocalSandboxConfig", "Sandbox", "SandboxConfig", "SandboxError", "SandboxJob", "SandboxOutcome",
+           "SandboxUnavailable", "build_sandbox"]

@@ -1,0 +1,69 @@
+"""Sandbox backend settings, chosen by ``type``: ``local`` (bubblewrap) or ``kubernetes`` (a pod per trial)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def default_hidden_paths() -> list[Path]:
+    """What no agent reads unless asked: home directories (keys, tokens, shell history), and in the
+    checkout the runs (other trials, checkpoints), the generated datasets and the example tasks'
+    tests and solutions."""
+    from rlstack.episodes.sandboxes.bwrap import runtime_paths
+
+    checkout = runtime_paths()[1]
+    tasks = checkout / "examples" / "tasks"
+    return [Path("/home"), Path("/root"), Path.home(), checkout / "runs", checkout / "data",
+            *sorted(tasks.glob("*/tests")), *sorted(tasks.glob("*/solution"))]
+
+
+class LocalSandboxConfig(BaseModel):
+    """Trials as bubblewrap-sandboxed child processes on this host."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["local"] = "local"
+    work_dir: Path | None = None
+    """Parent of the per-trial workspaces (/app); unset: a directory under the system temp dir."""
+    bwrap: str = "bwrap"
+    """The bubblewrap binary (Debian package ``bubblewrap``)."""
+    kill_grace_sec: float = Field(default=2.0, ge=0, le=60)
+    """Between SIGTERM and SIGKILL when a phase times out."""
+    keep_workspaces: bool = False
+    """Leave each trial's workspace on disk after the trial (debugging)."""
+    hide_paths: list[Path] = Field(default_factory=default_hidden_paths)
+    """Host paths covered by an empty tmpfs (besides the trial's dataset and other trials, always
+    hidden); default ``default_hidden_paths()``. The agent's runtime stays visible inside them."""
+    network: Literal["proxy", "host"] = "proxy"
+    """``proxy``: the sandbox has its own network namespace and reaches only the proxy named by
+    the agent's ``*_BASE_URL`` (``netbridge``); ``host``: the host's network, every loopback service."""
+    path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    """PATH inside the sandbox unless the agent's environment sets its own."""
+
+
+class KubernetesSandboxConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["kubernetes"] = "kubernetes"
+    image: str = Field(min_length=1)
+    """Runs every phase: needs bash, python3 with rlstack, and the agent (the chart's env image)."""
+    claim_name: str = Field(min_length=1)
+    """The RWX PersistentVolumeClaim that holds the trials directory (the chart's shared storage)."""
+    trials_dir: Path
+    """Where this env server sees the trials directory (its own mount of the claim)."""
+    trials_subpath: str
+    """The same directory as a path inside the claim (``trials`` when the claim is mounted at /data
+    and the trials live in /data/trials)."""
+    python: str = "python"
+    kill_grace_sec: float = Field(default=2.0, ge=0, le=60)
+    deadline_slack_sec: int = Field(default=300, ge=0)
+    """activeDeadlineSeconds = agent timeout + verifier timeout + this (image pull, scheduling)."""
+    run_as_user: int = Field(default=1000, ge=1)
+    keep_pods: bool = False
+    """Leave finished pods for the reaper instead of deleting them at once (debugging)."""
+
+
+SandboxConfig = LocalSandboxConfig | KubernetesSandboxConfig

@@ -1,0 +1,73 @@
+"""Multi-turn assembly: threads merge on exact ids, drift splits and is counted, masks and logprobs align."""
+
+from __future__ import annotations
+
+from rlstack.common.contracts.atropos import MASKED
+from rlstack.common.contracts.trajectory import TrajectoryChoice, TrajectoryRecord
+from rlstack.episodes.assemble import assemble
+
+
+def call(prompt: list[int], completion: list[int], t: float, version: int = 0, status: str = "ok") -> TrajectoryRecord:
+    choices = [] if status != "ok" else [TrajectoryChoice(index=0, message={"role": "assistant"},
+                                                          completion_token_ids=completion,
+                                                          completion_logprobs=[-0.1 * (i + 1) for i in range(len(completion))])]
+    return TrajectoryRecord(run_id="r", trial_id="t", request_id=f"q{t}", api="openai", started_at=t, ended_at=t + 1,
+                            latency_seconds=1, weight_version=version, prompt_token_ids=prompt, choices=choices,
+                            status=status)
+
+
+def test_three_turns_merge_into_one_sequence_training_only_the_policys_tokens():
+    system, turn1, tool1, turn2, tool2, turn3 = [1, 2, 3], [10, 11, 2], [50, 51], [12, 13, 2], [52], [14, 2]
+    records = [
+        call(system, turn1, 0.0, version=3),
+        call(system + turn1 + tool1, turn2, 1.0, version=4),
+        call(system + turn1 + tool1 + turn2 + tool2, turn3, 2.0, version=4),
+    ]
+    out = assemble(records)
+    assert len(out.sequences) == 1 and out.calls == 3 and out.merged_calls == 2 and out.thread_breaks == 0
+    seq = out.sequences[0]
+    assert seq.tokens == system + turn1 + tool1 + turn2 + tool2 + turn3
+    expected_masks = [MASKED] * 3 + turn1 + [MASKED] * 2 + turn2 + [MASKED] + turn3
+    assert seq.masks == expected_masks
+    trained = [lp for lp, m in zip(seq.inference_logprobs, seq.masks) if m != MASKED]
+    assert trained == [-0.1, -0.2, -0.30000000000000004, -0.1, -0.2, -0.30000000000000004, -0.1, -0.2]
+    assert all(lp == 0.0 for lp, m in zip(seq.inference_logprobs, seq.masks) if m == MASKED)
+    assert seq.trained_tokens == len(turn1 + turn2 + turn3) and seq.calls == 3
+    assert out.oldest_weight_version == 3 and out.merge_share == 1.0
+
+
+def test_a_drifted_transcript_is_split_counted_and_its_copy_of_history_never_trained():
+    system, turn1, tool1, turn2 = [1, 2, 3], [10, 11, 2], [50, 51], [12, 13, 2]
+    retokenised = [10, 99, 2]  # the template re-rendered turn 1 as different ids
+    records = [call(system, turn1, 0.0), call(system + retokenised + tool1, turn2, 1.0)]
+    out = assemble(records)
+    assert out.thread_breaks == 1 and out.merged_calls == 0 and len(out.sequences) == 2
+    second = out.sequences[1]
+    assert second.tokens == system + retokenised + tool1 + turn2
+    assert [t for t, m in zip(second.tokens, second.masks) if m != MASKED] == turn2  # 99 is context only
+    assert out.merge_share == 0.0
+
+
+def test_side_calls_are_threads_of_their_own_not_breaks():
+    main, side = [1, 2, 3], [7, 8]
+    records = [call(main, [10, 2], 0.0), call(side, [20, 2], 0.5), call(main + [10, 2, 50], [11, 2], 1.0)]
+    out = assemble(records)
+    assert len(out.sequences) == 2 and out.thread_breaks == 0 and out.merged_calls == 1
+    assert out.sequences[0].tokens == main + [10, 2, 50, 11, 2]
+
+
+def test_failed_calls_are_counted_and_records_are_ordered_by_start():
+    records = [call([1, 2] + [10, 2] + [5], [11, 2], 2.0), call([1, 2], [], 1.0, status="error"), call([1, 2], [10, 2], 0.0)]
+    out = assemble(records)
+    assert out.failed_calls == 1 and out.merged_calls == 1 and len(out.sequences) == 1
+
+
+def test_a_call_without_completion_tokens_yields_no_empty_sequence():
+    out = assemble([call([1, 2, 3], [], 0.0)])
+    assert out.sequences == [] and out.calls == 1
+
+
+def test_asking_the_same_prompt_again_is_a_retry_not_a_break():
+    system = [1, 2, 3]
+    out = assemble([call(system, [10, 2], 0.0), call(system, [11, 2], 1.0), call(system, [12, 2], 2.0)])
+    assert out.retried_calls == 2 and out.thread_breaks == 0 and len(out.sequences) == 3
