@@ -77,7 +77,7 @@ def verify(secret: str, key: str, now: float | None = None) -> TrialIdentity:
     return identity
 
 
-PATH_PREFIX = re.compile(rf"^/trials/(?P<run>{ID_BODY})/(?P<trial>{ID_BODY})(?P<rest>/.*)$")
+TRIAL_PATH = re.compile(rf"^/trials/(?P<run>{ID_BODY})/(?P<trial>{ID_BODY})(?P<rest>/.*)$")
 
 
 def agent_env(proxy_url: str, run: str, trial: str, trial_key: str) -> dict[str, str]:

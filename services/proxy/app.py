@@ -1,6 +1,25 @@
-"""Wires the proxy: the real LiteLLM proxy app, our front layer, hooks, discovery and ops routes.
+"""Wires the proxy. A model call's path from an agent to vLLM and back, and where each step lives:
 
-LiteLLM's proxy keeps its router and custom-auth hook as module globals of
+1. ``ProxyApp._dispatch`` (here), behind ``common.body_guard``'s bounded body: health, metrics and a
+   trial's end go to the ops routes (6.); every other path is a model call, for the edge.
+2. ``edge/front.py``: the trial from ``/trials/<run>/<trial>/...`` into ``names.TRIAL_HEADER``, the
+   key checked (``edge/auth.py``, LiteLLM's custom auth, which LiteLLM runs again), the body's shape
+   (``edge/bodies.py``), the model name mapped onto the served one, ``max_tokens`` clamped,
+   count_tokens answered, a streaming call made as one plain call re-emitted as events (``edge/sse.py``).
+3. LiteLLM's proxy app translates the call (Anthropic or OpenAI) and routes it over the replicas
+   that ``routing/discovery.py`` keeps in its router from the registry; ``routing/hooks.py``'s
+   pre-call hook asks for token ids and logprobs and pins the trial to one replica.
+4. With token-in (the default), every deployment is ``relay/tokenin.py``'s loopback listener
+   (``names.RELAY_PREFIX``): the call that continues one of the trial's threads (``relay/threads.py``;
+   heads other processes logged are taken up by ``relay/thread_log.py``) goes to vLLM as exact ids.
+5. Back through LiteLLM, ``routing/hooks.py``'s success or failure callback makes the call's
+   ``TrajectoryRecord``; ``records/writer.py``'s one thread appends it to the trial's JSONL.
+6. A trial's end (``POST /trials/<run>/<trial>/end``, ``end_trial`` here): this process and every
+   peer pod (``records/peers.py``) wait for the trial's records, flush them and forget its threads.
+
+State, all per process: the replicas (``routing/discovery.py``'s ``ReplicaView``; a trial's replica follows from them),
+calls in flight (``routing/hooks.py``), the trials' threads (``relay/threads.py``), open files
+(``records/writer.py``). LiteLLM's proxy keeps its router and custom-auth hook as module globals of
 ``litellm.proxy.proxy_server``; this is the one place that sets them.
 """
 
@@ -33,17 +52,17 @@ from rlstack.common.metrics import RequestLatencyMiddleware, metrics_response
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.server import health_response, readiness_response
 from rlstack.common.supervise import Supervisor
-from rlstack.common.trial_keys import PATH_PREFIX, mint
-from rlstack.proxy.auth import TrialAuth
+from rlstack.common.trial_keys import TRIAL_PATH, mint
 from rlstack.proxy.config import ProxySettings
-from rlstack.proxy.discovery import Discovery, ReplicaView
-from rlstack.proxy.front import FrontMiddleware, Refused
-from rlstack.proxy.hooks import HEALTH_RUN, RLStackHooks
+from rlstack.proxy.edge.auth import TrialAuth
+from rlstack.proxy.edge.front import FrontMiddleware, Refused
 from rlstack.proxy.metrics import ProxyMetrics
-from rlstack.proxy.peers import PEER_SCOPE, Peers
-from rlstack.proxy.thread_log import ThreadLog
-from rlstack.proxy.tokenin import TokenInUpstream
-from rlstack.proxy.writer import TrajectoryWriter
+from rlstack.proxy.records.peers import PEER_SCOPE, Peers
+from rlstack.proxy.records.writer import TrajectoryWriter
+from rlstack.proxy.relay.thread_log import ThreadLog
+from rlstack.proxy.relay.tokenin import TokenInUpstream
+from rlstack.proxy.routing.discovery import Discovery, ReplicaView
+from rlstack.proxy.routing.hooks import HEALTH_RUN, RLStackHooks
 
 log = logging.getLogger(__name__)
 OPS_PATHS = {"/healthz", "/readyz", "/metrics", "/health/readiness", "/health/ping"}
@@ -220,7 +239,7 @@ class ProxyApp:
 def _is_end(scope: Scope) -> bool:
     if scope.get("type") != "http" or not scope.get("path", "").endswith("/end"):
         return False
-    match = PATH_PREFIX.match(scope["path"])
+    match = TRIAL_PATH.match(scope["path"])
     return bool(match) and match["rest"] == "/end"
 
 

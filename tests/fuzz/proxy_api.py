@@ -4,7 +4,7 @@ LiteLLM, and hypothesis strategies for the hostile requests a schema cannot desc
 The proxy's own OpenAPI document is LiteLLM's (hundreds of management routes an agent never
 reaches, most behind the master key). The document here covers only what agents and the env
 server reach: the two model APIs, count_tokens, their ``/trials/<run>/<trial>`` forms, the trial's
-end and the ops routes. Its schemas say what the front layer accepts (``rlstack.proxy.bodies``) and
+end and the ops routes. Its schemas say what the front layer accepts (``rlstack.proxy.edge.bodies``) and
 vLLM's ranges: loose where clients are loose (extra fields allowed), strict in types and bounds, so
 schemathesis's positive cases reach the model and its negative mode has a wrong type or an
 out-of-range value to try for every field.

@@ -1,6 +1,6 @@
 import pytest
 
-from rlstack.common.trial_keys import PATH_PREFIX, InvalidTrialKey, mint, verify
+from rlstack.common.trial_keys import TRIAL_PATH, InvalidTrialKey, mint, verify
 
 
 def test_round_trip_names_run_and_trial():
@@ -31,6 +31,6 @@ def test_names_are_restricted():
 
 
 def test_path_prefix_keeps_the_rest_of_the_path():
-    m = PATH_PREFIX.match("/trials/run-1/t2/v1/messages")
+    m = TRIAL_PATH.match("/trials/run-1/t2/v1/messages")
     assert (m["run"], m["trial"], m["rest"]) == ("run-1", "t2", "/v1/messages")
-    assert PATH_PREFIX.match("/trials/../x/v1/messages") is None
+    assert TRIAL_PATH.match("/trials/../x/v1/messages") is None

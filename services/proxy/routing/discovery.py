@@ -21,6 +21,7 @@ import httpx
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.registry_client import RegistryClient
+from rlstack.proxy.names import relay_replica
 
 log = logging.getLogger(__name__)
 RECHECK_DELAY_SECONDS = 2.0
@@ -60,8 +61,9 @@ class ReplicaView:
     def by_url(self, api_base: str | None) -> Endpoint | None:
         """The replica whose URL prefixes ``api_base`` (LiteLLM may report the full route)."""
         target = api_base or ""
-        if "/replicas/" in target:  # token-in's relay: .../replicas/<replica id>/v1
-            return self.endpoints.get(target.split("/replicas/", 1)[1].split("/", 1)[0])
+        relayed = relay_replica(target)  # token-in's relay: .../replicas/<replica id>/v1
+        if relayed is not None:
+            return self.endpoints.get(relayed)
         for e in self.endpoints.values():
             if target.startswith(str(e.url).rstrip("/")):
                 return e

@@ -16,11 +16,11 @@ from typing import Any
 from litellm.integrations.custom_logger import CustomLogger
 
 from rlstack.common.contracts.trajectory import SpliceInfo, TrajectoryChoice, TrajectoryRecord
-from rlstack.proxy.discovery import Discovery, ReplicaView
-from rlstack.proxy.front import REQUESTED_MODEL_HEADER
 from rlstack.proxy.metrics import ProxyMetrics
-from rlstack.proxy.tokenin import CALL_HEADER, TRIAL_HEADER, TokenInUpstream
-from rlstack.proxy.writer import TrajectoryWriter
+from rlstack.proxy.names import CALL_HEADER, REQUESTED_MODEL_HEADER, TRIAL_HEADER
+from rlstack.proxy.records.writer import TrajectoryWriter
+from rlstack.proxy.relay.tokenin import TokenInUpstream
+from rlstack.proxy.routing.discovery import Discovery, ReplicaView
 
 log = logging.getLogger(__name__)
 REQUEST_KEYS = ("messages", "system", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature", "top_p",

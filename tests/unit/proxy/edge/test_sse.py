@@ -1,6 +1,6 @@
 import json
 
-from rlstack.proxy.sse import anthropic_events, loads, openai_chunks
+from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks
 
 
 def parse(events: bytes) -> list[tuple[str | None, dict | str]]:

@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlstack.common.trial_keys import InvalidTrialKey, mint, verify
-from rlstack.proxy.bodies import problem
-from rlstack.proxy.front import FrontMiddleware, Refused
+from rlstack.proxy.edge.bodies import problem
+from rlstack.proxy.edge.front import FrontMiddleware, Refused
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "policy", "messages": MESSAGES, "max_tokens": 8}

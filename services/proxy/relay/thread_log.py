@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from rlstack.common.contracts.trajectory import TrajectoryRecord, trajectory_file, trajectory_files
 from rlstack.common.names import ID_PATTERN
-from rlstack.proxy.threads import MAX_TRIALS, Head, replaced_head
+from rlstack.proxy.relay.threads import MAX_TRIALS, Head, replaced_head
 
 log = logging.getLogger(__name__)
 _ID = re.compile(ID_PATTERN)

@@ -20,17 +20,16 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlstack.common.auth import bearer
-from rlstack.common.trial_keys import PATH_PREFIX
-from rlstack.proxy.bodies import problem
-from rlstack.proxy.sse import anthropic_events, loads, openai_chunks
+from rlstack.common.trial_keys import TRIAL_PATH
+from rlstack.proxy.edge.bodies import problem
+from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks
+from rlstack.proxy.names import REQUESTED_MODEL_HEADER, TRIAL_HEADER
 
 log = logging.getLogger(__name__)
 
 CHAT_PATHS = {"/v1/chat/completions", "/chat/completions"}
 MESSAGES_PATHS = {"/v1/messages", "/messages"}
 COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
-TRIAL_HEADER = "x-rlstack-trial"
-REQUESTED_MODEL_HEADER = "x-rlstack-requested-model"
 CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
 OTHER_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/models"), ("GET", "/health/liveliness"), ("GET", "/health/liveness")})
 """LiteLLM's routes let through besides the model calls. The rest (hundreds) are closed: with a
@@ -98,7 +97,7 @@ class FrontMiddleware:
         headers = MutableHeaders(scope=scope)
         if TRIAL_HEADER in headers:
             del headers[TRIAL_HEADER]  # identity comes from the path or the key, never a client header
-        match = PATH_PREFIX.match(scope["path"])
+        match = TRIAL_PATH.match(scope["path"])
         if match:
             headers[TRIAL_HEADER] = f"{match['run']}/{match['trial']}"
             scope["path"] = match["rest"]

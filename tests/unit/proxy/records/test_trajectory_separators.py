@@ -5,7 +5,7 @@ fuzz found such records skipped as torn lines: an agent could drop its own calls
 import pytest
 
 from rlstack.common.contracts.trajectory import TrajectoryChoice, TrajectoryRecord, read_trajectory
-from rlstack.proxy.writer import TrajectoryWriter
+from rlstack.proxy.records.writer import TrajectoryWriter
 
 
 @pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\r"])

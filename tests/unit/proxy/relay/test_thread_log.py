@@ -12,8 +12,8 @@ from rlstack.common.contracts.trajectory import (
     TrajectoryRecord,
     trajectory_file,
 )
-from rlstack.proxy.thread_log import ThreadLog
-from rlstack.proxy.threads import Plan, ThreadTable
+from rlstack.proxy.relay.thread_log import ThreadLog
+from rlstack.proxy.relay.threads import Plan, ThreadTable
 
 EOT, NL = 2, 203
 SYSTEM = [1, 50, 51, EOT, NL, 1, 60, 61, EOT, NL, 1, 70, NL]

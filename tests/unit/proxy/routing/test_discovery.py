@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from rlstack.common.contracts.registry import Endpoint
-from rlstack.proxy.discovery import Discovery, ReplicaView, model_list
+from rlstack.proxy.routing.discovery import Discovery, ReplicaView, model_list
 
 
 def endpoint(rid: str, port: int) -> Endpoint:
@@ -38,7 +38,7 @@ def test_sticky_choice_is_stable_and_moves_only_the_lost_replicas_trials():
 
 STICKY_IN_ANOTHER_PROCESS = """
 import json
-from tests.unit.proxy.test_discovery import make
+from tests.unit.proxy.routing.test_discovery import make
 view, _, _ = make(4)
 print(json.dumps({f"t{i}": view.sticky_replica(f"t{i}") for i in range(40)}))
 """

@@ -32,15 +32,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from rlstack.proxy.discovery import ReplicaView
-from rlstack.proxy.sse import dumps, loads
-from rlstack.proxy.thread_log import ThreadLog
-from rlstack.proxy.threads import Head, Plan, Splice, ThreadTable, ended_on_turn_end
+from rlstack.proxy.edge.sse import dumps, loads
+from rlstack.proxy.names import CALL_HEADER, RELAY_PREFIX, TRIAL_HEADER
+from rlstack.proxy.relay.thread_log import ThreadLog
+from rlstack.proxy.relay.threads import Head, Plan, Splice, ThreadTable, ended_on_turn_end
+from rlstack.proxy.routing.discovery import ReplicaView
 
 log = logging.getLogger(__name__)
-TRIAL_HEADER = "x-rlstack-trial"
-CALL_HEADER = "x-rlstack-call"
-PATH_PREFIX = "/replicas"
 MAX_OUTCOMES = 4096
 
 
@@ -82,12 +80,12 @@ class TokenInUpstream:
         self.runner: web.AppRunner | None = None
 
     def api_base(self, replica_id: str) -> str:
-        return f"http://127.0.0.1:{self.port}{PATH_PREFIX}/{replica_id}/v1"
+        return f"http://127.0.0.1:{self.port}{RELAY_PREFIX}/{replica_id}/v1"
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(timeout=self.timeout, json_serialize=lambda o: orjson.dumps(o).decode())
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post(PATH_PREFIX + "/{replica}/v1/chat/completions", self.chat)
+        app.router.add_post(RELAY_PREFIX + "/{replica}/v1/chat/completions", self.chat)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
         await web.SockSite(self.runner, self.sock).start()

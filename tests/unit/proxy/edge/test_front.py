@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rlstack.proxy.front import FrontMiddleware
+from rlstack.proxy.edge.front import FrontMiddleware
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

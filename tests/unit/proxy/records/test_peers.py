@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from rlstack.proxy.peers import Peers
+from rlstack.proxy.records.peers import Peers
 
 
 def closed_port() -> int:

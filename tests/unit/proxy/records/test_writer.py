@@ -4,7 +4,7 @@ from prometheus_client import CollectorRegistry
 
 from rlstack.common.contracts.trajectory import TrajectoryRecord
 from rlstack.proxy.metrics import ProxyMetrics
-from rlstack.proxy.writer import TrajectoryWriter
+from rlstack.proxy.records.writer import TrajectoryWriter
 
 
 def record(run: str, trial: str) -> TrajectoryRecord:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import HTTPException, Request
 
 from rlstack.common.trial_keys import InvalidTrialKey, TrialIdentity, verify
-from rlstack.proxy.front import TRIAL_HEADER
+from rlstack.proxy.names import TRIAL_HEADER
 
 
 class TrialAuth:
