@@ -22,6 +22,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import EnvRegistration
 from rlstack.common.registry_client import RegistryClient
+from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.rollout import build_group, completion_parts
 from rlstack.envs.tasks import build_task
@@ -100,19 +101,20 @@ class EnvRunner:
         return own_sequences >= max(share, self.s.group_size)
 
     async def weight_version(self) -> int | None:
+        """The version a group is labelled with (``common.weight_versions.sampling_version``)."""
         if self.registry is None:
             return None
-        endpoints = (await self.registry.list(ready=True)).endpoints
-        return min((e.weight_version for e in endpoints), default=None)
+        endpoints = (await self.registry.list(model=self.s.served_model_name, ready=True)).endpoints
+        return sampling_version(endpoints, self.s.served_model_name)
 
     async def policy_version(self) -> int:
-        """The newest version any replica of the served model holds: how far the trainer has got.
-        A replica that lags (restarted, a failed sync) must not hold every env back: with a
-        staleness bound and a queue short of a batch, that stops the trainer and the run."""
+        """How far the trainer has got (``common.weight_versions.policy_version``). A replica that lags
+        (restarted, a failed sync) must not hold every env back: with a staleness bound and a queue
+        short of a batch, that stops the trainer and the run."""
         if self.registry is None:
             return 0
         endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
-        return max((e.weight_version for e in endpoints), default=0)
+        return policy_version(endpoints, self.s.served_model_name)
 
     def _trial_key(self, trial: str, ttl_seconds: float | None = None) -> str:
         """A key for this trial only, expiring with it (default: one request's worth)."""

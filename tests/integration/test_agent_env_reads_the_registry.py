@@ -79,3 +79,49 @@ def test_a_lagging_replica_does_not_hold_the_staleness_gate_shut(service_factory
             await runner.aclose()
 
     assert asyncio.run(scenario())
+
+
+def models_endpoint(name: str):  # noqa: ANN201 - a Starlette app
+    """What the registry's readiness probe asks a replica: its /v1/models, listing ``name``."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def models(request):  # noqa: ANN001, ANN202
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model"}]})
+
+    return Starlette(routes=[Route("/v1/models", models)])
+
+
+def test_a_second_served_model_does_not_change_the_envs_version(service_factory):
+    """Groups are labelled with the oldest version of this env's model only: a ready replica of
+    another model at version 0 once made every group look stale (issue 30, item 3)."""
+    from tests.helpers.serving import served
+
+    registry = service_factory("registry", ["--probe-interval-seconds", "0.2"])
+    closed = f"http://127.0.0.1:{free_port()}"
+    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
+                           proxy_url=closed, batcher_url=closed, served_model="policy")
+    metrics = CollectorRegistry()
+    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
+
+    async def scenario(policy_url: str, other_url: str) -> tuple[int | None, int, int]:
+        client = RegistryClient(registry.url)
+        try:
+            await client.put("policy-a", EndpointRegistration(url=policy_url, model="policy", weight_version=4))
+            await client.put("policy-b", EndpointRegistration(url=policy_url, model="policy", weight_version=5))
+            await client.put("evaluator", EndpointRegistration(url=other_url, model="evaluator", weight_version=0))
+            for _ in range(100):  # the registry probes each /v1/models before it calls a replica ready
+                if len((await client.list(ready=True)).endpoints) == 3:
+                    break
+                await asyncio.sleep(0.1)
+            ready = len((await client.list(ready=True)).endpoints)
+            return await runner.weight_version(), await runner.policy_version(), ready
+        finally:
+            await client.aclose()
+            await runner.aclose()
+
+    with served(models_endpoint("policy")) as policy_url, served(models_endpoint("evaluator")) as other_url:
+        version, newest, ready = asyncio.run(scenario(policy_url, other_url))
+    assert ready == 3  # the other model's replica is ready too: only the filter leaves it out
+    assert version == 4 and newest == 5
