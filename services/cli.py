@@ -10,6 +10,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,30 +87,40 @@ def show_summary(run_dir: Path) -> None:
         print(json.dumps(data, indent=2))
 
 
+def built_once(out: Path, what: str, force: bool, built: bool, build: Callable[[], None]) -> int:
+    """Run ``build`` into ``out`` unless ``built`` says it is there already (``--force`` rebuilds)."""
+    if built and not force:
+        log.info("%s already holds the %s (use --force to rebuild)", out, what)
+        return 0
+    build()
+    log.info("%s written to %s", what, out)
+    return 0
+
+
+def tiny_model_with(out: Path, stamp: str) -> bool:
+    """A current tiny model in ``out`` whose warm start left ``stamp`` beside it."""
+    from rlstack.modelkit.tiny import is_current
+
+    return is_current(out) and (out / stamp).exists()
+
+
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
 
-    if is_current(args.out) and not args.force:
-        log.info("%s already holds a model (use --force to rebuild)", args.out)
-        return 0
     spec = TinyModelSpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)
-    build_tiny_model(args.out, spec)
-    log.info("tiny model written to %s", args.out)
-    return 0
+    return built_once(args.out, "tiny model", args.force, is_current(args.out), lambda: build_tiny_model(args.out, spec))
 
 
 def cmd_make_demo_model(args: argparse.Namespace) -> int:
     """The tiny model plus the supervised warm start on arithmetic: what `make run` trains."""
-    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
     from rlstack.modelkit.warm_start import WarmStartSpec, warm_start
 
-    if is_current(args.out) and (args.out / "rlstack-warm-start.json").exists() and not args.force:
-        log.info("%s already holds the demo model (use --force to rebuild)", args.out)
-        return 0
-    build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
-    warm_start(args.out, WarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
-    log.info("demo model written to %s", args.out)
-    return 0
+    def build() -> None:
+        build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
+        warm_start(args.out, WarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
+
+    return built_once(args.out, "demo model", args.force, tiny_model_with(args.out, "rlstack-warm-start.json"), build)
 
 
 def write_training_tasks(args: argparse.Namespace) -> None:
@@ -128,16 +139,14 @@ def write_training_tasks(args: argparse.Namespace) -> None:
 def cmd_make_agent_demo(args: argparse.Namespace) -> int:
     """The tiny model plus a warm start on tool-call transcripts, and the generated tasks it trains on."""
     from rlstack.modelkit.agent_warm_start import AgentWarmStartSpec, agent_warm_start
-    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+
+    def build() -> None:
+        build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
+        agent_warm_start(args.out, AgentWarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
 
     write_training_tasks(args)
-    if is_current(args.out) and (args.out / "rlstack-agent-warm-start.json").exists() and not args.force:
-        log.info("%s already holds the agent demo model (use --force to rebuild)", args.out)
-        return 0
-    build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
-    agent_warm_start(args.out, AgentWarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
-    log.info("agent demo model written to %s", args.out)
-    return 0
+    return built_once(args.out, "agent demo model", args.force, tiny_model_with(args.out, "rlstack-agent-warm-start.json"), build)
 
 
 def cmd_make_claude_code_demo(args: argparse.Namespace) -> int:
@@ -145,14 +154,10 @@ def cmd_make_claude_code_demo(args: argparse.Namespace) -> int:
     scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=claude-code` trains."""
     from rlstack.modelkit import claude_code_demo as demo
 
-    write_training_tasks(args)
-    if demo.is_built(args.out) and not args.force:
-        log.info("%s already holds the claude-code demo model (use --force to rebuild)", args.out)
-        return 0
     spec = demo.ClaudeCodeDemoSpec(capture_tasks=args.capture_tasks, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
-    demo.build_claude_code_demo(args.out, args.capture_dir, spec)
-    log.info("claude-code demo model written to %s", args.out)
-    return 0
+    write_training_tasks(args)
+    return built_once(args.out, "claude-code demo model", args.force, demo.is_built(args.out),
+                      lambda: demo.build_claude_code_demo(args.out, args.capture_dir, spec))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
