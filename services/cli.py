@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlstack.common.logs import configure_logging
+from rlstack.common.names import SERVED_MODEL_NAME
 
 log = logging.getLogger("rlstack")
 WARM_START_STEPS = 300  # WarmStartSpec's default, kept here so --help needs no torch import
@@ -167,7 +168,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rlstack.ops.doctor import DoctorConfig, run_checks
 
     config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
-                          served_model=args.served_model, trial_key=args.trial_key, run_prefix=args.run_prefix,
+                          served_model_name=args.served_model_name, trial_key=args.trial_key, run_prefix=args.run_prefix,
                           namespace=args.namespace, kube_api_url=args.kube_api_url, probe_image=args.probe_image)
     checks = run_checks(config)
     table = Table(title="rlstack doctor")
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
     doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")
     doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000")
-    doctor.add_argument("--served-model-name", "--served-model", dest="served_model", default="policy",
+    doctor.add_argument("--served-model-name", "--served-model", dest="served_model_name", default=SERVED_MODEL_NAME,
                         help="the name the replicas serve the policy under (--served-model: its old name)")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")

@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rlstack.common.names import SERVED_MODEL_NAME
+
 
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLSTACK_AGENT_", extra="ignore", cli_kebab_case=True,
@@ -23,7 +25,7 @@ class AgentSettings(BaseSettings):
     api_key: SecretStr = Field(default=SecretStr("none"),
                                validation_alias=AliasChoices("api_key", "RLSTACK_AGENT_API_KEY", "OPENAI_API_KEY"))
     """Sent as the bearer token: the trial key."""
-    model: str = Field(default="policy", validation_alias=AliasChoices("model", "RLSTACK_AGENT_MODEL", "OPENAI_MODEL"))
+    model: str = Field(default=SERVED_MODEL_NAME, validation_alias=AliasChoices("model", "RLSTACK_AGENT_MODEL", "OPENAI_MODEL"))
     instruction: str | None = None
     """The task; unset reads ``instruction_file``."""
     instruction_file: Path = Field(default=Path("/logs/agent/instruction.md"),

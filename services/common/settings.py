@@ -14,13 +14,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from rlstack.common.names import SERVED_MODEL_NAME
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("rlstack_config_file", default=None)
@@ -97,6 +99,21 @@ class ServiceSettings(BaseSettings):
     def dump_json(self) -> str:
         """Resolved settings with secrets masked, for --dry-run and startup logs."""
         return self.model_dump_json(indent=2)
+
+
+class PolicySettings(ServiceSettings):
+    """A service that addresses the policy by its served name: the env servers and the trainer."""
+
+    served_model_name: str = SERVED_MODEL_NAME
+    """The name the replicas serve the policy under (vLLM's --served-model-name; one name in every
+    service): what the registry is asked for, and what calls and syncs are addressed to."""
+    served_model: str | None = Field(default=None, exclude=True)
+    """Old name of ``served_model_name``, still accepted (flag, env var, config key)."""
+
+    @model_validator(mode="after")
+    def _served_model_is_served_model_name(self) -> Self:
+        """``served_model`` (flag, env var, config key) was this setting's name; it still sets it."""
+        return fold_served_model(self)
 
 
 def fold_served_model(settings: Any) -> Any:

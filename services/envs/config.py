@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_va
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN
-from rlstack.common.settings import ServiceSettings, fold_served_model
+from rlstack.common.settings import PolicySettings
 
 
 class ArithmeticSpec(BaseModel):
@@ -55,7 +55,7 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
 (Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)"""
 
 
-class EnvSettings(ServiceSettings):
+class EnvSettings(PolicySettings):
     model_config = SettingsConfigDict(env_prefix="RLSTACK_ENV_", cli_prog_name="rlstack.envs")
 
     port: int = Field(default=8300, ge=0, le=65535)
@@ -73,10 +73,6 @@ class EnvSettings(ServiceSettings):
     registry_url: HttpUrl | None = None
     """Read to stamp groups with the oldest weight version being served."""
     run_id: str = Field(default="local", pattern=ID_PATTERN)
-    served_model_name: str = "policy"
-    """The name the replicas serve the policy under (vLLM's --served-model-name; one name in every service)."""
-    served_model: str | None = Field(default=None, exclude=True)
-    """Old name of ``served_model_name``, still accepted (flag, env var, config key)."""
     group_size: int = Field(default=8, ge=1, le=256)
     max_tokens: int = Field(default=16, ge=1)
     temperature: float = Field(default=1.0, ge=0)
@@ -155,11 +151,6 @@ class EnvSettings(ServiceSettings):
     pod_name: str | None = None
     """This server's pod (downward API): owner of its sandboxes, which then die with it."""
     pod_uid: str | None = None
-
-    @model_validator(mode="after")
-    def _served_model_is_served_model_name(self) -> EnvSettings:
-        """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
-        return fold_served_model(self)
 
     @model_validator(mode="after")
     def _fields_fit_the_task(self) -> EnvSettings:

@@ -93,7 +93,7 @@ class Replica:
 
     async def _load_adapter(self, published: Published) -> None:
         """lora sync: the newest adapter, under the name the trainer gives that version, before registering."""
-        from rlstack.trainer.sync.lora import adapter_name
+        from rlstack.common.names import adapter_name
 
         name = adapter_name(self.settings.served_model_name, published.version)
         body = {"lora_name": name, "lora_path": str(published.path.resolve())}

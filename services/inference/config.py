@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from rlstack.common.names import ID_PATTERN
+from rlstack.common.names import ID_PATTERN, SERVED_MODEL_NAME
 from rlstack.common.settings import ServiceSettings
 
 
@@ -20,7 +20,7 @@ class InferenceSettings(ServiceSettings):
     """Sidecar port: /healthz, /readyz, /metrics of the replica (vLLM has its own port)."""
     model: str = "models/tiny"
     """Hugging Face model directory (or hub id where a hub is reachable)."""
-    served_model_name: str = Field(default="policy", min_length=1)
+    served_model_name: str = Field(default=SERVED_MODEL_NAME, min_length=1)
     """The name vLLM serves the policy under; the proxy maps claude-* etc. onto it."""
     vllm_host: str = "127.0.0.1"
     """Interface vLLM binds (0.0.0.0 in a pod)."""

@@ -17,10 +17,10 @@ log = logging.getLogger(__name__)
 
 
 class VllmProcess:
-    def __init__(self, argv: list[str], env: dict[str, str], base_url: str, served_model: str, api_key: str | None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], base_url: str, served_model_name: str, api_key: str | None) -> None:
         self.argv, self.env = argv, env
         self.base_url = base_url.rstrip("/")
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.headers = bearer(api_key)
         self.proc: subprocess.Popen | None = None
         self.loaded = False
@@ -49,7 +49,7 @@ class VllmProcess:
             return False
         if r.status_code != 200:
             return False
-        ours = [m for m in r.json().get("data", []) if m.get("id") == self.served_model]
+        ours = [m for m in r.json().get("data", []) if m.get("id") == self.served_model_name]
         if ours and isinstance(ours[0].get("max_model_len"), int):
             self.max_model_len = ours[0]["max_model_len"]
         return bool(ours)
@@ -63,10 +63,10 @@ class VllmProcess:
                 if await self.model_listed(client):
                     self.loaded = True
                     self.load_seconds = time.monotonic() - self.started_at
-                    log.info("vLLM serving %s after %.1fs", self.served_model, self.load_seconds)
+                    log.info("vLLM serving %s after %.1fs", self.served_model_name, self.load_seconds)
                     return
                 await asyncio.sleep(0.5)
-        raise TimeoutError(f"vLLM did not list {self.served_model} within {timeout}s")
+        raise TimeoutError(f"vLLM did not list {self.served_model_name} within {timeout}s")
 
     def stop(self, grace: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

@@ -22,6 +22,7 @@ import httpx
 import uvicorn
 from pydantic import BaseModel, Field
 
+from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceProcess, start_process
 from rlstack.episodes.agents import CLAUDE_CODE_BIN, claude_code_agent, trial_env
@@ -44,7 +45,7 @@ class CaptureSpec(BaseModel):
     """Trials at once (each a claude-code process of ~200 MB)."""
     agent_timeout_sec: float = Field(default=120, gt=0)
     claude_bin: Path = CLAUDE_CODE_BIN
-    served_model: str = "policy"
+    served_model_name: str = SERVED_MODEL_NAME
 
 
 class CaptureResult(BaseModel):
@@ -103,7 +104,7 @@ async def _trials(tasks_dir: Path, trials_dir: Path, proxy_url: str, spec: Captu
 
     async def one(index: int, task) -> tuple[str, tuple[str, float | None]]:  # noqa: ANN001 - a HarborTask
         trial = f"t{index}"
-        env = trial_env(agent, proxy_url, RUN, trial, "open", spec.served_model)
+        env = trial_env(agent, proxy_url, RUN, trial, "open", spec.served_model_name)
         trial_spec = TrialSpec(run=RUN, trial=trial, task=task, agent=agent, env=env,
                                agent_timeout_sec=spec.agent_timeout_sec, private_paths=[dataset.root])
         async with slots:
@@ -120,7 +121,7 @@ def capture(tasks: list[TaskSpec], out: Path, spec: CaptureSpec | None = None) -
     if not PROXY_PYTHON.exists():
         raise FileNotFoundError(f"no {PROXY_PYTHON}: run `make setup-proxy`")
     out.mkdir(parents=True, exist_ok=True)
-    teacher = Teacher(tasks, served_model=spec.served_model)
+    teacher = Teacher(tasks, served_model_name=spec.served_model_name)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rlstack-capture-") as scratch:
         work = Path(scratch)
@@ -130,10 +131,10 @@ def capture(tasks: list[TaskSpec], out: Path, spec: CaptureSpec | None = None) -
         proxy = None
         try:
             with _TeacherServer(teacher) as server:
-                registration = {"url": server.url, "model": spec.served_model, "ttl_seconds": 3600}
+                registration = {"url": server.url, "model": spec.served_model_name, "ttl_seconds": 3600}
                 httpx.put(f"{registry.url}/v1/endpoints/teacher", json=registration, timeout=10).raise_for_status()
                 proxy = _service("proxy", ["--registry-url", registry.url, "--trials-dir", str(work / "trials"),
-                                           "--served-model-name", spec.served_model, "--watch-timeout-seconds", "2"],
+                                           "--served-model-name", spec.served_model_name, "--watch-timeout-seconds", "2"],
                                  out / "logs", PROXY_PYTHON, 300)
                 results = asyncio.run(_trials(work / "tasks", work / "trials", proxy.url, spec))
         finally:

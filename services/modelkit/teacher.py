@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
@@ -87,9 +88,9 @@ class Exchange:
 class Teacher:
     """Answers each call from the task whose instruction appears in the conversation."""
 
-    def __init__(self, tasks: list[TaskSpec], served_model: str = "policy", max_model_len: int = 1_000_000) -> None:
+    def __init__(self, tasks: list[TaskSpec], served_model_name: str = SERVED_MODEL_NAME, max_model_len: int = 1_000_000) -> None:
         self.tasks = {spec.instruction.strip(): spec for spec in tasks}
-        self.served_model, self.max_model_len = served_model, max_model_len
+        self.served_model_name, self.max_model_len = served_model_name, max_model_len
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
 
@@ -119,7 +120,7 @@ class Teacher:
 
     def app(self) -> Starlette:
         async def models(request: Request) -> JSONResponse:
-            return JSONResponse({"object": "list", "data": [{"id": self.served_model, "object": "model",
+            return JSONResponse({"object": "list", "data": [{"id": self.served_model_name, "object": "model",
                                                              "owned_by": "rlstack-teacher", "max_model_len": self.max_model_len}]})
 
         async def health(request: Request) -> JSONResponse:
@@ -135,7 +136,7 @@ class Teacher:
             message = self.answer(body)
             return JSONResponse({
                 "id": f"chatcmpl-{secrets.token_hex(8)}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model") or self.served_model,
+                "model": body.get("model") or self.served_model_name,
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})

@@ -25,6 +25,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import Status
 from rlstack.common.contracts.registry import EndpointList
+from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.registry_client import RegistryClient
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class DoctorConfig(BaseModel):
     proxy_url: HttpUrl = HttpUrl("http://127.0.0.1:4000")
     registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
-    served_model: str = "policy"
+    served_model_name: str = SERVED_MODEL_NAME
     trial_key: str | None = None
     batcher_token: str | None = Field(default_factory=lambda: os.environ.get(BATCHER_TOKEN_ENV) or None)
     """The batcher's bearer token (it checks reads too); the registry's comes from $RLSTACK_REGISTRY_TOKEN."""
@@ -88,7 +89,7 @@ def check_proxy_alive(c: DoctorConfig, client: httpx.Client) -> Check:
 
 def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
     headers = bearer(c.trial_key or "doctor")
-    body = {"model": c.served_model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+    body = {"model": c.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
     try:
         start = time.perf_counter()
         r = client.post(_url(c.proxy_url, "/trials/doctor/ping/v1/chat/completions"), json=body, headers=headers)
@@ -96,7 +97,7 @@ def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
         return Check("completion through proxy", False, type(exc).__name__, explain(exc, "proxy"))
     took = time.perf_counter() - start
     if r.status_code == 200:
-        return Check("completion through proxy", True, f"{c.served_model!r} answered in {took:.2f}s")
+        return Check("completion through proxy", True, f"{c.served_model_name!r} answered in {took:.2f}s")
     remedies = {
         401: "trial key refused: mint one with `rlstack trial-key` and the proxy's secret (--trial-key)",
         403: "trial key names another run or trial than the path",
@@ -111,7 +112,7 @@ def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
 async def _registered(c: DoctorConfig) -> EndpointList:
     registry = RegistryClient(str(c.registry_url), timeout=c.timeout_s)
     try:
-        return await registry.list(model=c.served_model)
+        return await registry.list(model=c.served_model_name)
     finally:
         await registry.aclose()
 

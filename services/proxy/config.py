@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, HttpUrl, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from rlstack.common.names import ID_PATTERN
+from rlstack.common.names import ID_PATTERN, SERVED_MODEL_NAME
 from rlstack.common.settings import ServiceSettings
 
 
@@ -19,7 +19,7 @@ class ProxySettings(ServiceSettings):
     """LiteLLM's usual port."""
     registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
     """Where replicas are discovered."""
-    served_model_name: str = "policy"
+    served_model_name: str = SERVED_MODEL_NAME
     """The replicas' served name; claude-*, hosted_vllm/<name> and <name> all map onto it."""
     registry_token: SecretStr | None = None
     """The registry's bearer token (reads need it when the registry checks tokens); unset = $RLSTACK_REGISTRY_TOKEN."""

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from rlstack.common.settings import ServiceSettings, fold_served_model
+from rlstack.common.settings import PolicySettings
 from rlstack.trainer.loss_config import GRPOLossConfig
 from rlstack.trainer.sync.verify import Tolerance
 
@@ -54,16 +54,12 @@ SyncSpec = Annotated[FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSyn
 _SYNC_SPEC: TypeAdapter[FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSync] = TypeAdapter(SyncSpec)
 
 
-class TrainerSettings(ServiceSettings):
+class TrainerSettings(PolicySettings):
     model_config = SettingsConfigDict(env_prefix="RLSTACK_TRAINER_", cli_prog_name="rlstack.trainer", env_nested_delimiter="__")
 
     port: int = Field(default=8400, ge=0, le=65535)
     model: str = "models/demo"
     """Hugging Face model directory the replicas started from (the policy at version 0)."""
-    served_model_name: str = "policy"
-    """Name the replicas serve the policy under (vLLM's --served-model-name; the registry filter for weight sync)."""
-    served_model: str | None = Field(default=None, exclude=True)
-    """Old name of ``served_model_name``, still accepted (flag, env var, config key)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     batcher_token: SecretStr | None = None
     registry_url: HttpUrl | None = None
@@ -153,11 +149,6 @@ class TrainerSettings(ServiceSettings):
     wandb_entity: str | None = None
     wandb_run_name: str | None = None
     """Defaults to the run directory's name."""
-
-    @model_validator(mode="after")
-    def _served_model_is_served_model_name(self) -> TrainerSettings:
-        """``served_model`` (flag, env var, config key) was this setting's name here; it still sets it."""
-        return fold_served_model(self)
 
     @model_validator(mode="after")
     def _sync_mode_matches_training(self) -> TrainerSettings:

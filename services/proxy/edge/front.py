@@ -65,7 +65,7 @@ class FrontMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        served_model: str,
+        served_model_name: str,
         replica_urls: Callable[[], list[str]],
         max_context: Callable[[], int],
         min_completion_tokens: int,
@@ -79,7 +79,7 @@ class FrontMiddleware:
         self.max_tokens_cap = max_tokens_cap
         self.stream_shim = stream_shim
         self.app = app
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.replica_urls = replica_urls
         self.max_context = max_context
         self.min_completion_tokens = min_completion_tokens
@@ -118,7 +118,7 @@ class FrontMiddleware:
             raw = await _read_body(receive)
             body = self._parse(raw, kind)
             requested = body["model"]
-            body["model"] = self.served_model
+            body["model"] = self.served_model_name
             headers[REQUESTED_MODEL_HEADER] = requested[:200]
             if path in COUNT_PATHS:
                 await self._count_tokens(body, send)
@@ -184,7 +184,7 @@ class FrontMiddleware:
         if not isinstance(model, str) or not model:
             raise FrontError(400, "model: required (a string)", "model", anthropic)
         if not self._serves(model):
-            served = [self.served_model, f"hosted_vllm/{self.served_model}", "claude-*"]
+            served = [self.served_model_name, f"hosted_vllm/{self.served_model_name}", "claude-*"]
             raise FrontError(404, f"model: {model!r} is not served here; served models: {served}", "model", anthropic)
         bad = problem(body, kind)  # type: ignore[arg-type]
         if bad is not None:
@@ -192,7 +192,7 @@ class FrontMiddleware:
         return body
 
     def _serves(self, model: str) -> bool:
-        return model in (self.served_model, f"hosted_vllm/{self.served_model}") or bool(CLAUDE.match(model))
+        return model in (self.served_model_name, f"hosted_vllm/{self.served_model_name}") or bool(CLAUDE.match(model))
 
     async def _prompt_tokens(self, body: dict[str, Any], anthropic: bool) -> int:
         urls = self.replica_urls()

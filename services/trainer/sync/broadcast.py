@@ -69,10 +69,10 @@ def weight_stream(model) -> tuple[list[tuple[str, torch.dtype, list[int]]], Call
 
 
 class BroadcastPublisher:
-    def __init__(self, registry: RegistryClient, served_model: str, trainer_host: str = "127.0.0.1",
+    def __init__(self, registry: RegistryClient, served_model_name: str, trainer_host: str = "127.0.0.1",
                  replica_api_key: str | None = None, timeout_s: float = 300.0) -> None:
         self.registry = registry
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.trainer_host = trainer_host
         """Address the replicas' workers reach the trainer's rendezvous on (the pod IP in a cluster)."""
         self.headers = replica_headers(replica_api_key)
@@ -81,7 +81,7 @@ class BroadcastPublisher:
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a PreTrainedModel or a ShardedPolicy
         start = time.perf_counter()
-        endpoints = await self.registry.sync_targets(self.served_model)
+        endpoints = await self.registry.sync_targets(self.served_model_name)
         done, failed = await asyncio.to_thread(self._sync_all, [(e.id, str(e.url).rstrip("/")) for e in endpoints], model, version)
         for replica in failed:
             self.links.pop(replica, None)  # a replica that failed rejoins with a fresh group next time

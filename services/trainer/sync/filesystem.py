@@ -39,18 +39,18 @@ async def reload_from(client: httpx.AsyncClient, url: str, path: Path, version: 
 
 
 class FilesystemPublisher:
-    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model: str, replica_api_key: str | None = None,
+    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model_name: str, replica_api_key: str | None = None,
                  keep_versions: int = 2) -> None:
         self.shared_dir = shared_dir
         self.registry = registry
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.headers = replica_headers(replica_api_key)
         self.keep_versions = keep_versions
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers PreTrainedModel
         start = time.perf_counter()
         path, saved = await save_version(model, self.shared_dir, version)
-        endpoints = await self.registry.sync_targets(self.served_model)
+        endpoints = await self.registry.sync_targets(self.served_model_name)
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
             done, failed = await fan_out(endpoints, lambda e: self._reload(client, str(e.url).rstrip("/"), path, version))
         await asyncio.to_thread(self._prune, version)  # rmtree of old versions, off the event loop

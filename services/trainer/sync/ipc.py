@@ -97,11 +97,11 @@ Finish = Callable[[], None]
 
 
 class IpcPublisher:
-    def __init__(self, registry: RegistryClient, served_model: str, replica_api_key: str | None = None,
+    def __init__(self, registry: RegistryClient, served_model_name: str, replica_api_key: str | None = None,
                  transport: httpx.BaseTransport | None = None, source: IpcSource | None = None,
                  timeout_s: float = 600.0) -> None:
         self.registry = registry
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.headers = bearer(replica_api_key)
         self.transport = transport
         self.source = source
@@ -111,7 +111,7 @@ class IpcPublisher:
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a PreTrainedModel or a ShardedPolicy
         start = time.perf_counter()
-        endpoints = await self.registry.sync_targets(self.served_model)
+        endpoints = await self.registry.sync_targets(self.served_model_name)
         done, failed = await asyncio.to_thread(self._sync_all, [(e.id, str(e.url).rstrip("/")) for e in endpoints], model, version)
         for replica, error in failed.items():
             log.warning("weight sync to %s failed: %s", replica, error)

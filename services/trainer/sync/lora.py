@@ -19,21 +19,18 @@ from pathlib import Path
 
 import httpx
 
+from rlstack.common.names import adapter_name
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync import SyncReport, fan_out, replica_headers, save_version, version_rpc
 
 log = logging.getLogger(__name__)
 
 
-def adapter_name(served_model: str, version: int) -> str:
-    return f"{served_model}-lora-v{version}"
-
-
 class LoraPublisher:
-    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model: str, replica_api_key: str | None = None) -> None:
+    def __init__(self, shared_dir: Path, registry: RegistryClient, served_model_name: str, replica_api_key: str | None = None) -> None:
         self.shared_dir = shared_dir
         self.registry = registry
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.headers = replica_headers(replica_api_key)
         self.loaded: dict[str, list[str]] = {}
         """Adapters each replica holds, oldest first (by replica URL)."""
@@ -41,8 +38,8 @@ class LoraPublisher:
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a peft PeftModel
         start = time.perf_counter()
         path, saved = await save_version(model, self.shared_dir, version)
-        endpoints = await self.registry.sync_targets(self.served_model)
-        name = adapter_name(self.served_model, version)
+        endpoints = await self.registry.sync_targets(self.served_model_name)
+        name = adapter_name(self.served_model_name, version)
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
             done, failed = await fan_out(endpoints, lambda e: self._load(client, str(e.url).rstrip("/"), name, path, version))
         await asyncio.to_thread(self._prune, {p for names in self.loaded.values() for p in names})  # off the event loop
@@ -67,7 +64,7 @@ class LoraPublisher:
 
     def _prune(self, keep: set[str]) -> None:
         for directory in sorted(p for p in self.shared_dir.glob("v*") if p.is_dir())[:-2]:
-            if adapter_name(self.served_model, int(directory.name[1:])) not in keep:
+            if adapter_name(self.served_model_name, int(directory.name[1:])) not in keep:
                 shutil.rmtree(directory, ignore_errors=True)
 
     async def aclose(self) -> None:

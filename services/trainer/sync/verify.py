@@ -115,10 +115,10 @@ def compare(want: list[float], got: list[float], dtype: str | None, override: To
 
 
 class ServedWeightsCheck:
-    def __init__(self, registry: RegistryClient, served_model: str, headers: dict[str, str], tolerance: Tolerance | None = None,
+    def __init__(self, registry: RegistryClient, served_model_name: str, headers: dict[str, str], tolerance: Tolerance | None = None,
                  timeout_s: float = 60.0) -> None:
         self.registry = registry
-        self.served_model = served_model
+        self.served_model_name = served_model_name
         self.headers = headers
         self.tolerance = tolerance
         """Override for every replica; by default each replica's own dtype picks from TOLERANCES."""
@@ -129,8 +129,8 @@ class ServedWeightsCheck:
         start = time.perf_counter()
         tokens = probe_tokens(int(model.config.vocab_size))
         want = await asyncio.to_thread(trainer_logprobs, model, tokens)
-        targets = {e.id: e for e in await self.registry.sync_targets(self.served_model) if e.id in report.replicas}
-        served = report.served_name or self.served_model
+        targets = {e.id: e for e in await self.registry.sync_targets(self.served_model_name) if e.id in report.replicas}
+        served = report.served_name or self.served_model_name
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=self.headers) as client:
             results = await asyncio.gather(*(self._probe(client, e, served, tokens, want) for e in targets.values()))
         passed, failed = [], dict(report.failed)

@@ -13,10 +13,11 @@ import asyncio
 import httpx
 
 from rlstack.common.contracts.trajectory import read_trajectory
+from rlstack.common.names import adapter_name
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.loop import load_policy
-from rlstack.trainer.sync.lora import LoraPublisher, adapter_name
+from rlstack.trainer.sync.lora import LoraPublisher
 from tests.conftest import PROXY_PYTHON, start_service
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import SYNC_SERVED, endpoint
