@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, Field, ValidationError
 
 from rlstack.common.names import ID_PATTERN
 
@@ -74,7 +74,10 @@ class TrajectoryRecord(BaseModel):
     ended_at: float
     latency_seconds: float
     requested_model: str | None = None
-    served_model: str | None = None
+    """The model name the agent asked for."""
+    answered_by: str | None = Field(default=None, validation_alias=AliasChoices("answered_by", "served_model"))
+    """The name the replica answered under: the served model, or under LoRA sync the adapter of the
+    weight version that answered (records written before this name say ``served_model``)."""
     replica_id: str | None = None
     replica_url: str | None = None
     weight_version: int | None = None

@@ -239,7 +239,7 @@ def trial_to_atif(records: list[TrajectoryRecord], result: TrialResult | None, a
     return AtifTrajectory(
         session_id=f"{final.run_id}/{final.trial_id}",
         agent=AtifAgent(name=agent_name, version=agent_version or "unknown",
-                        model_name=final.served_model or final.requested_model),
+                        model_name=final.answered_by or final.requested_model),
         steps=steps,
         final_metrics=AtifFinalMetrics(total_prompt_tokens=sum(m.prompt_tokens or 0 for m in metrics),
                                        total_completion_tokens=sum(m.completion_tokens or 0 for m in metrics),

@@ -31,8 +31,8 @@ MAX_DEPARTED = 1024
 class ReplicaView:
     """The ready replicas as last seen, for routing decisions and the front layer."""
 
-    def __init__(self, served_model: str, default_context: int) -> None:
-        self.served_model = served_model
+    def __init__(self, served_model_name: str, default_context: int) -> None:
+        self.served_model_name = served_model_name
         self.default_context = default_context
         self.endpoints: dict[str, Endpoint] = {}
         self.max_model_len: dict[str, int] = {}
@@ -76,7 +76,7 @@ class ReplicaView:
         return max(self.endpoints, key=lambda rid: hashlib.blake2b(f"{key}|{rid}".encode(), digest_size=8).digest())
 
     def pinned_group(self, replica_id: str) -> str:
-        return f"{self.served_model}@{replica_id}"
+        return f"{self.served_model_name}@{replica_id}"
 
 
 RouterState = tuple[list[dict], list[dict]]
@@ -94,14 +94,14 @@ class Relay(Protocol):
 def model_list(view: ReplicaView, api_key: str | None, timeout: float, relay: Relay | None = None) -> RouterState:
     deployments, fallbacks = [], []
     for rid, e in view.endpoints.items():
-        upstream = e.labels.get("adapter") or view.served_model  # lora sync: the newest adapter serves the policy
+        upstream = e.labels.get("adapter") or view.served_model_name  # lora sync: the newest adapter serves the policy
         api_base = relay.api_base(rid) if relay else str(e.url).rstrip("/") + "/v1"
         params = {"model": f"hosted_vllm/{upstream}", "api_base": api_base,
                   "api_key": relay.token if relay else api_key or "none", "timeout": timeout}
-        deployments.append({"model_name": view.served_model, "litellm_params": params, "model_info": {"id": rid}})
+        deployments.append({"model_name": view.served_model_name, "litellm_params": params, "model_info": {"id": rid}})
         deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})
-        fallbacks.append({view.pinned_group(rid): [view.served_model]})
-    fallbacks += [{view.pinned_group(rid): [view.served_model]} for rid in view.departed]
+        fallbacks.append({view.pinned_group(rid): [view.served_model_name]})
+    fallbacks += [{view.pinned_group(rid): [view.served_model_name]} for rid in view.departed]
     return deployments, fallbacks
 
 
@@ -118,7 +118,7 @@ class Discovery:
         self._recheck = asyncio.Event()
 
     async def refresh(self, endpoints: list[Endpoint], revision: int) -> None:
-        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and (e.model == self.view.served_model or self.view.served_model in e.served_model_names)}
+        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and (e.model == self.view.served_model_name or self.view.served_model_name in e.served_model_names)}
         for rid, e in ready.items():
             if rid not in self.view.max_model_len:
                 self.view.max_model_len[rid] = await self._max_model_len(e)
@@ -134,7 +134,7 @@ class Discovery:
         self.apply(*desired)
         self.applied = desired
         self.updates += 1
-        upstreams = {rid: e.labels.get("adapter") or self.view.served_model for rid, e in self.view.endpoints.items()}
+        upstreams = {rid: e.labels.get("adapter") or self.view.served_model_name for rid, e in self.view.endpoints.items()}
         log.info("router updated: %s", upstreams or "no replicas")
 
     async def _max_model_len(self, e: Endpoint) -> int:

@@ -55,7 +55,7 @@ def test_logged_ids_are_the_ones_vllm_generated(proxy, replica, api, stream):
 
     [line] = proxy.lines("ids", trial, expect=1)
     assert line["status"] == "ok" and line["api"] == api
-    assert line["replica_id"] == "replica-0" and line["served_model"] == "policy"
+    assert line["replica_id"] == "replica-0" and line["answered_by"] == "policy"
     assert line["requested_model"] == ("hosted_vllm/policy" if api == "openai" else "claude-sonnet-4-5-20250929")
     choice = line["choices"][0]
     ids = choice["completion_token_ids"]

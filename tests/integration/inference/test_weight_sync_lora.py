@@ -40,7 +40,7 @@ def served_through_proxy(proxy_url: str, trials_dir, n: int) -> str | None:
     assert r.status_code == 200, r.text
     trial = trials_dir / "lora" / f"t{n}"
     wait_until(lambda: bool(read_trajectory(trial)), timeout=20)
-    return read_trajectory(trial)[0].served_model
+    return read_trajectory(trial)[0].answered_by
 
 
 def test_lora_sync_serves_the_trainers_adapter(registry, sync_replica, tiny_model, stack_logs, tmp_path):

@@ -32,7 +32,7 @@ def record(n: int, request: dict[str, Any], message: dict[str, Any], *, api: str
         completion_token_ids=list(range(completion)), completion_logprobs=[-0.5] * completion)]
     return TrajectoryRecord(
         run_id="run1", trial_id="t1", request_id=f"req-{n}", api=api, started_at=T0 + 10 * n, ended_at=T0 + 10 * n + 2,
-        latency_seconds=2.0, served_model="tiny", weight_version=n // 2, request=request,
+        latency_seconds=2.0, answered_by="tiny", weight_version=n // 2, request=request,
         prompt_token_ids=list(range(prompt)), choices=choices, status=status, error="boom" if status == "error" else None)
 
 
