@@ -32,12 +32,10 @@ from rlstack.trainer.report import (
     EvalRecord,
     EvalResult,
     StepRecord,
-    append_eval,
-    append_record,
+    append_line,
     count_trajectories,
     plot,
-    read_evals,
-    read_records,
+    read_lines,
     summarize,
     trial_stats,
     write_summary,
@@ -143,7 +141,7 @@ class TrainingLoop:
             state = checkpoint.load_state(resume)
             self.step, self.weight_version = state.step, state.weight_version
             # Steps after the checkpoint were lost with the process: their records go too.
-            records = [r for r in read_records(self.records_path) if r.step <= self.step]
+            records = [r for r in read_lines(self.records_path, StepRecord) if r.step <= self.step]
             self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
             self.recent_rewards.extend(r.reward_mean for r in records)
             log.info("resumed from %s at step %d", resume, self.step)
@@ -186,7 +184,7 @@ class TrainingLoop:
         result = await self._evaluate()
         if result is not None:
             record = EvalRecord(**result.model_dump(), step=self.step, phase=phase)
-            await asyncio.to_thread(append_eval, self.evals_path, record)
+            await asyncio.to_thread(append_line, self.evals_path, record)
             self.metrics.eval_score.set(result.accuracy)
             log.info("held-out score %s at step %d: %.3f of %d", phase, self.step, result.accuracy, result.problems)
         if self.tracker is not None:
@@ -195,7 +193,7 @@ class TrainingLoop:
 
     def _prune_evals(self) -> None:
         """After a resume, evaluations of steps lost with the process go too (as their step records do)."""
-        kept = [e for e in read_evals(self.evals_path) if e.step <= self.step]
+        kept = [e for e in read_lines(self.evals_path, EvalRecord) if e.step <= self.step]
         if self.evals_path.exists():
             self.evals_path.write_text("".join(e.model_dump_json() + "\n" for e in kept))
 
@@ -256,7 +254,7 @@ class TrainingLoop:
             staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
             mismatch=stats.mismatch,
         )
-        await asyncio.to_thread(append_record, self.records_path, record)
+        await asyncio.to_thread(append_line, self.records_path, record)
         if self.tracker is not None:
             self.tracker.step(record)
         if self.step % self.s.checkpoint_every == 0 or self.step == self.s.steps:
@@ -329,8 +327,8 @@ class TrainingLoop:
 
     def finish(self) -> None:
         """Summary, W&B and plot; blocking file IO, so the loop runs it in a worker thread."""
-        records = read_records(self.records_path)
-        evals = read_evals(self.evals_path)
+        records = read_lines(self.records_path, StepRecord)
+        evals = read_lines(self.evals_path, EvalRecord)
         trials = trial_stats(self.s.trials_dir)
         summary = summarize(records, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
                             sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,

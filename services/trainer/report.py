@@ -13,11 +13,14 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from rlstack.common.contracts.trajectory import TRAJECTORY_STEM
 from rlstack.trainer.mismatch import Mismatch
+
+M = TypeVar("M", bound=BaseModel)
 
 WINDOW = 10
 
@@ -107,15 +110,17 @@ class Summary(BaseModel):
     trial_stats: TrialStats | None = None
 
 
-def append_record(path: Path, record: StepRecord) -> None:
+def append_line(path: Path, record: BaseModel) -> None:
+    """One record as one JSON line (metrics.jsonl, evals.jsonl)."""
     with path.open("a") as out:
         out.write(record.model_dump_json() + "\n")
 
 
-def read_records(path: Path) -> list[StepRecord]:
+def read_lines(path: Path, kind: type[M]) -> list[M]:
+    """Every record of a JSONL file written by ``append_line``; none when it does not exist yet."""
     if not path.exists():
         return []
-    return [StepRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return [kind.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def count_trajectories(trials_dir: Path | None) -> int:
@@ -123,17 +128,6 @@ def count_trajectories(trials_dir: Path | None) -> int:
     if trials_dir is None or not trials_dir.is_dir():
         return 0
     return sum(sum(1 for line in p.open() if line.strip()) for p in trials_dir.glob(f"*/*/{TRAJECTORY_STEM}*.jsonl"))
-
-
-def append_eval(path: Path, record: EvalRecord) -> None:
-    with path.open("a") as out:
-        out.write(record.model_dump_json() + "\n")
-
-
-def read_evals(path: Path) -> list[EvalRecord]:
-    if not path.exists():
-        return []
-    return [EvalRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def trial_stats(trials_dir: Path | None) -> TrialStats | None:

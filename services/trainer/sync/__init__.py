@@ -116,6 +116,15 @@ async def mark_new_weights(client: httpx.AsyncClient, url: str, version: int) ->
     (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
 
 
+def finish_update(client: httpx.Client, url: str, version: int) -> None:
+    """After tensors were streamed or shared into a replica (broadcast, ipc): end vLLM's update with the
+    version, store it in the worker, and drop KV computed by the old weights (blocking: these
+    publishers run in a thread)."""
+    client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)}).raise_for_status()
+    client.post(f"{url}/collective_rpc", json=version_rpc(version)).raise_for_status()
+    client.post(f"{url}/reset_prefix_cache").raise_for_status()
+
+
 class WeightPublisher(Protocol):
     async def publish(self, model, version: int) -> SyncReport: ...  # noqa: ANN001 - a transformers PreTrainedModel
 

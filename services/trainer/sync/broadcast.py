@@ -29,7 +29,13 @@ import torch
 from rlstack.common.gloo import gloo_group
 from rlstack.common.ports import free_port
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncFailed, SyncReport, full_weights, replica_headers, version_rpc
+from rlstack.trainer.sync import (
+    SyncFailed,
+    SyncReport,
+    finish_update,
+    full_weights,
+    replica_headers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +172,7 @@ class BroadcastPublisher:
                 session.receiver.join(self.timeout_s)
                 if session.receiver.is_alive() or session.error is not None:
                     raise RuntimeError(f"{url} failed to receive weights: {session.error or 'timed out'}")
-                client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)}).raise_for_status()
-                client.post(f"{url}/collective_rpc", json=version_rpc(version)).raise_for_status()
-                client.post(f"{url}/reset_prefix_cache").raise_for_status()
+                finish_update(client, url, version)
         finally:
             self._resume(session)
 

@@ -34,7 +34,7 @@ import torch
 
 from rlstack.common.auth import bearer
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncFailed, SyncReport, full_weights, version_rpc
+from rlstack.trainer.sync import SyncFailed, SyncReport, finish_update, full_weights
 
 log = logging.getLogger(__name__)
 HandleFn = Callable[[torch.Tensor], tuple]
@@ -158,9 +158,7 @@ class IpcPublisher:
                 each(lambda rid, url: client.post(f"{url}/update_weights", json=body).raise_for_status(), opened, f"update of {unit}")
 
             def finish_one(rid: str, url: str) -> None:
-                client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)}).raise_for_status()
-                client.post(f"{url}/collective_rpc", json=version_rpc(version)).raise_for_status()
-                client.post(f"{url}/reset_prefix_cache").raise_for_status()
+                finish_update(client, url, version)
 
             paused: list[tuple[str, str]] = []
             try:

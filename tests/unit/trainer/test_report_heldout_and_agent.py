@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rlstack.trainer.report import EvalRecord, append_eval, plot, read_evals, summarize, trial_stats
+from rlstack.trainer.report import EvalRecord, append_line, plot, read_lines, summarize, trial_stats
 from tests.unit.trainer.test_report import record
 
 
@@ -40,9 +40,9 @@ def test_a_run_without_agent_trials_has_no_agent_figures(tmp_path):
 def test_evaluations_land_in_the_summary_and_the_plot(tmp_path):
     path = tmp_path / "evals.jsonl"
     for step, phase, accuracy in ((0, "before", 0.25), (10, "during", 0.5), (20, "after", 0.75)):
-        append_eval(path, EvalRecord(accuracy=accuracy, problems=4, weight_version=step, step=step, phase=phase,
+        append_line(path, EvalRecord(accuracy=accuracy, problems=4, weight_version=step, step=step, phase=phase,
                                      statuses={"ok": 4}))
-    evals = read_evals(path)
+    evals = read_lines(path, EvalRecord)
     assert [(e.step, e.phase, e.accuracy) for e in evals] == [(0, "before", 0.25), (10, "during", 0.5), (20, "after", 0.75)]
     records = [record(i + 1, reward=0.1) for i in range(20)]
     summary = summarize(records, weight_version=20, trajectories=0, sync_mode="none", eval_before=evals[0], eval_after=evals[-1],
