@@ -53,7 +53,6 @@ from rlstack.episodes.sandboxes import (
 from rlstack.episodes.trials.layout import TrialPaths
 from rlstack.episodes.trials.records import (
     AgentSpec,
-    TrajectoryStats,
     TrialResult,
     TrialSpec,
     TrialStatus,
@@ -269,11 +268,7 @@ class AgentEnvRunner(EnvRunner):
         if assembly is not None:
             self.am.thread_breaks.labels(self.s.name).inc(assembly.thread_breaks)
             self.am.calls_merged.labels(self.s.name).inc(assembly.merged_calls)
-            result.trajectory = TrajectoryStats(
-                calls=assembly.calls, merged_calls=assembly.merged_calls, thread_breaks=assembly.thread_breaks,
-                failed_calls=assembly.failed_calls, retried_calls=assembly.retried_calls, sequences=len(assembly.sequences),
-                trained_tokens=sum(s.trained_tokens for s in assembly.sequences), merge_share=assembly.merge_share,
-                spliced_calls=assembly.spliced_calls, edited_segments=assembly.edited_segments)
+            result.trajectory = assembly.stats()
             await asyncio.to_thread(write_result, paths, result)
             await asyncio.to_thread(self._export_atif, paths, agent.name)
         limit = await self.token_limit()

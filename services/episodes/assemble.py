@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import TrajectoryRecord
+from rlstack.episodes.trials.records import TrajectoryStats
 
 
 class AssembledSequence(BaseModel):
@@ -65,6 +66,12 @@ class Assembly(BaseModel):
         """Share of calls after the first of their conversation that merged (1.0 = no drift)."""
         continued = self.merged_calls + self.thread_breaks
         return None if continued == 0 else self.merged_calls / continued
+
+    def stats(self) -> TrajectoryStats:
+        """What a trial's ``result.json`` says of its assembly."""
+        counts = self.model_dump(include={"calls", "merged_calls", "thread_breaks", "failed_calls", "retried_calls",
+                                          "spliced_calls", "edited_segments", "merge_share"})
+        return TrajectoryStats(**counts, sequences=len(self.sequences), trained_tokens=sum(s.trained_tokens for s in self.sequences))
 
     @property
     def oldest_weight_version(self) -> int | None:
