@@ -16,18 +16,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rlstack.common.ports import free_port
+from tests.helpers.serving import BackgroundServer
 
 
 def _now() -> str:
@@ -80,9 +79,8 @@ class FakeKubeApiServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._changed: asyncio.Event | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._changed = asyncio.Event()  # bound to the server's loop when first awaited there
+        self._server: BackgroundServer | None = None
 
     # --- what tests call -------------------------------------------------------------------
 
@@ -92,30 +90,13 @@ class FakeKubeApiServer:
             Route("/api/v1/namespaces/{ns}/pods/{name}", self._item, methods=["GET", "DELETE"]),
             Route("/api/v1/namespaces/{ns}/pods/{name}/log", self._log, methods=["GET"]),
         ])
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
-        started = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._changed = asyncio.Event()
-            self._loop.call_soon(started.set)
-            self._loop.run_until_complete(self._server.serve())
-
-        self._thread = threading.Thread(target=serve, name="fake-kube-api", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        for _ in range(200):
-            if self._server.started:
-                break
-            threading.Event().wait(0.05)
+        self._server = BackgroundServer(app, self.port, lifespan="off", name="fake-kube-api").start()
+        self._loop = self._server.loop
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-            self._server.force_exit = True  # open watches never end by themselves
-        if self._thread is not None:
-            self._thread.join(10)
+            self._server.stop(force=True)  # open watches never end by themselves
 
     def verbs(self) -> set[tuple[str, str]]:
         return {(resource, verb) for verb, resource, _ in self.requests}

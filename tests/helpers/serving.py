@@ -3,6 +3,7 @@ no HTTP client library would (short bodies, lying headers)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -15,25 +16,48 @@ import uvicorn
 from rlstack.common.ports import free_port
 
 
+class BackgroundServer:
+    """``app`` served by uvicorn on 127.0.0.1 from a thread of its own, with its event loop at hand
+    (``loop``) for a test that changes the app's state from outside."""
+
+    def __init__(self, app: Any, port: int | None = None, lifespan: str = "on", name: str = "served") -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False,
+                                                     timeout_graceful_shutdown=2, lifespan=lifespan))
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    def _serve(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self._server.serve())
+
+    def start(self) -> BackgroundServer:
+        """Start, and return once it answers."""
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, force: bool = False) -> None:
+        """``force``: do not wait for open requests (a watch never ends by itself)."""
+        self._server.should_exit = True
+        self._server.force_exit = force
+        self._thread.join(10)
+
+
 @contextlib.contextmanager
 def served(app: Any, port: int | None = None, lifespan: str = "on") -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 until the block ends; yields its base URL. ``lifespan="off"``
     serves the routes without starting the service's loops (a replica without its vLLM)."""
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                                           timeout_graceful_shutdown=2, lifespan=lifespan))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
+    server = BackgroundServer(app, port, lifespan).start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        server.should_exit = True
-        thread.join(10)
+        server.stop()
 
 
 def raw_request(base_url: str, data: bytes, timeout: float = 20.0) -> bytes:

@@ -15,17 +15,16 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import threading
 import uuid
 from datetime import UTC, datetime
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rlstack.common.ports import free_port
+from tests.helpers.serving import BackgroundServer
 
 KINDS = {"secrets": ("v1", "Secret"), "persistentvolumeclaims": ("v1", "PersistentVolumeClaim"),
          "storageclasses": ("storage.k8s.io/v1", "StorageClass")}
@@ -44,8 +43,7 @@ class FakeObjectsApiServer:
         self.requests: list[tuple[str, str, str]] = []  # (verb, resource, namespace)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundServer | None = None
 
     def start(self) -> FakeObjectsApiServer:
         app = Starlette(routes=[
@@ -54,20 +52,12 @@ class FakeObjectsApiServer:
             Route("/apis/storage.k8s.io/v1/{resource}", self._collection, methods=["GET", "POST"]),
             Route("/apis/storage.k8s.io/v1/{resource}/{name}", self._item, methods=["GET"]),
         ])
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, name="fake-objects-api", daemon=True)
-        self._thread.start()
-        for _ in range(200):
-            if self._server.started:
-                break
-            threading.Event().wait(0.05)
+        self._server = BackgroundServer(app, self.port, lifespan="off", name="fake-objects-api").start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
+            self._server.stop()
 
     def put(self, resource: str, obj: dict, namespace: str = "") -> None:
         """Seed an object as if someone had created it (no request recorded)."""
