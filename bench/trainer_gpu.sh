@@ -3,7 +3,7 @@
 # torchrun on the shapes of issue 29, one after another, each bounded in time. Every figure goes
 # to $RESULTS (one JSON line per shape) and the log; kernel tables to $PROFILE.
 #   OUT=/some/dir bash bench/trainer_gpu.sh [case ...]
-# cases: tests 1.5b 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k
+# cases: tests 1.5b 1.5b-profile 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT=${OUT:-runs/bench-gpu}
@@ -21,8 +21,11 @@ for c in "${cases[@]}"; do
   case $c in
     tests) timeout 90 python3 -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider --noconftest; echo "exit $?" ;;
     # 128 sequences: 512-token prompts, 256-512 completion tokens (the batch of issue 29)
-    1.5b) bench 150 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
-            --micro-batch-size 8 --pack-tokens 16384 --paths plain,padded,packed --profile "$PROFILE" ;;
+    1.5b) bench 240 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --micro-batch-size 8 --pack-tokens 16384 --paths plain,padded,packed ;;
+    # one profiled packed step (the profiler's tables take a minute or more to build per path)
+    1.5b-profile) bench 180 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --micro-batch-size 8 --pack-tokens 16384 --paths packed --repeats 1 --profile "$PROFILE" ;;
     1.5b-process) process 100 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
             --micro-batch-size 8 --pack-tokens 16384 --paths padded,packed ;;
     1.5b-sdpa) bench 120 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
