@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import random
@@ -216,7 +217,7 @@ def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: 
 def run_path(args: argparse.Namespace, path: str, batches: list[list[dict]], ctx: DistContext, run_dir: Path) -> dict:
     device = ctx.device
     release(device)
-    turn = iter(range(1 << 62))
+    turn = itertools.count()
     if path == "plain":
         step = plain_step(args, batches, ctx)
         engine = None

@@ -15,6 +15,7 @@ from rlstack.common.contracts.registry import Endpoint
 
 
 def serves(endpoint: Endpoint, served_model_name: str) -> bool:
+    """The registry's ``?model=`` filter too: the replica's model, or an alias it registered."""
     return served_model_name == endpoint.model or served_model_name in endpoint.served_model_names
 
 

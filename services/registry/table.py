@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from rlstack.common.contracts.registry import Endpoint, EndpointRegistration
+from rlstack.common.weight_versions import serves
 
 
 class EndpointTable:
@@ -102,7 +103,7 @@ class EndpointTable:
     def select(self, model: str | None = None, ready: bool | None = None, labels: dict[str, str] | None = None) -> list[Endpoint]:
         out = []
         for e in self.all():
-            if model is not None and model != e.model and model not in e.served_model_names:
+            if model is not None and not serves(e, model):
                 continue
             if ready is not None and e.ready != ready:
                 continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 from functools import cache
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -36,13 +37,17 @@ def sequence_bounds(lengths: list[int]) -> torch.Tensor:
     return out
 
 
-def bounds_from_positions(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Bounds and longest sequence of a packed row ``[1, T]`` whose positions restart at 0 per sequence."""
-    flat = position_ids.reshape(-1)
+def lengths_from_positions(position_ids: torch.Tensor) -> list[int] | None:
+    """Sequence lengths of a packed row ``[1, T]`` whose positions restart at 0 per sequence; None for
+    a row of one sequence. Reads the positions on the host: once per forward, never per layer."""
+    if position_ids.shape[0] != 1:
+        return None
+    flat = position_ids.reshape(-1).cpu()
     starts = torch.nonzero(flat == 0).flatten().tolist()
+    if len(starts) < 2:
+        return None
     ends = starts[1:] + [flat.numel()]
-    lengths = [e - s for s, e in zip(starts, ends)]
-    return sequence_bounds(lengths).to(position_ids.device), max(lengths, default=1)
+    return [e - s for s, e in zip(starts, ends)]
 
 
 @cache
@@ -104,33 +109,26 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds:
 
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # noqa: ARG001 - transformers' signature
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                     cu_seq_lens_q: torch.Tensor | None = None, max_length_q: int | None = None, position_ids: torch.Tensor | None = None,
-                     sequence_lengths: list[int] | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                     cu_seq_lens_q: torch.Tensor | None = None, sequence_lengths: list[int] | None = None,
+                     **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: ``query [B, H, T, D]``, ``key``/``value [B, H_kv, T, D]``;
-    returns ``[B, T, H, D]``. ``sequence_lengths``: a packed row's lengths on the host (spares a
-    device read when the row goes one sequence at a time)."""
+    returns ``[B, T, H, D]``. A packed row comes with its lengths on the host (``sequence_lengths``)
+    and its bounds on the device (``cu_seq_lens_q``), both from ``PolicyLogprobs``; a row without
+    them is one causal sequence."""
     if attention_mask is not None:
         raise ValueError(f"{NAME} takes no attention mask: pack rows (sequence bounds) or right-pad them")
     if dropout:
         raise ValueError(f"{NAME} has no dropout (the trainer's models have none)")
-    if sequence_lengths is not None and cu_seq_lens_q is None:
-        cu_seq_lens_q, max_length_q = sequence_bounds(sequence_lengths).to(query.device), max(sequence_lengths)
-    if cu_seq_lens_q is None and position_ids is not None and query.shape[0] == 1 and query.shape[2] > 1:
-        flat = position_ids.reshape(-1)
-        if flat.numel() == query.shape[2] and bool((flat[1:] == 0).any()):  # positions restart: a packed row
-            cu_seq_lens_q, max_length_q = bounds_from_positions(position_ids)
-    if cu_seq_lens_q is None:
+    if sequence_lengths is None:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=True)
         return out.transpose(1, 2), None
     if query.shape[0] != 1:
         raise ValueError(f"{NAME}: a packed row is one row of sequences (batch 1), got batch {query.shape[0]}")
     query, key, value = _autocast(query, key, value)
-    long_rows = sequence_lengths is not None and sum(sequence_lengths) >= LONG_SEQUENCES * len(sequence_lengths)
+    long_rows = sum(sequence_lengths) >= LONG_SEQUENCES * len(sequence_lengths)
     if varlen_available(query) and not long_rows:
-        longest = int(max_length_q) if max_length_q is not None else query.shape[2]
-        return _varlen(query, key, value, cu_seq_lens_q, longest, scaling), None
-    bounds = sequence_bounds(sequence_lengths).tolist() if sequence_lengths is not None else cu_seq_lens_q.tolist()
-    return _per_sequence(query, key, value, bounds, scaling), None
+        return _varlen(query, key, value, cu_seq_lens_q, max(sequence_lengths), scaling), None
+    return _per_sequence(query, key, value, list(accumulate(sequence_lengths, initial=0)), scaling), None
 
 
 def register() -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rlstack.trainer.attention import NAME
+from rlstack.trainer.attention import NAME, lengths_from_positions, sequence_bounds
 from rlstack.trainer.loss import token_logprobs
 
 DEFAULT_CHUNK = 4096
@@ -44,8 +44,8 @@ class PolicyLogprobs(torch.nn.Module):
     """A causal LM returning log p(target) per position ``[B, T]`` (0 where ``mask`` is False).
 
     Padded rows pass ``attention_mask``; packed rows pass ``position_ids`` restarting at each
-    sequence and no attention mask, plus the row's sequence bounds (``cu_seq_lens``, its longest
-    sequence ``max_length``) when known. Under ``attention.NAME`` the bounds go to a varlen kernel;
+    sequence and no attention mask, plus the row's sequence lengths when known (else read once from
+    the position ids). Under ``attention.NAME`` the bounds go to a varlen kernel;
     under ``sdpa``/``eager`` transformers builds a block-diagonal causal mask from the position
     ids instead (same values, T x T memory). Models whose head does more than a linear map (logit
     soft-capping) or that expose no decoder take the full-logits path.
@@ -58,24 +58,30 @@ class PolicyLogprobs(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                cu_seq_lens: torch.Tensor | None = None, max_length: int | None = None,
-                sequence_lengths: list[int] | None = None, trained_index: torch.Tensor | None = None) -> torch.Tensor:
-        """``trained_index``: the flat positions where ``mask`` is True, when the caller has them (worked
-        out on the host, they spare the GPU a wait); ``sequence_lengths``: a packed row's lengths, on the host."""
+                sequence_lengths: list[int] | None = None, cu_seq_lens: torch.Tensor | None = None,
+                trained_index: torch.Tensor | None = None) -> torch.Tensor:
+        """``sequence_lengths``: a packed row's lengths (``cu_seq_lens``: their bounds already on the
+        device, when the caller has them); ``trained_index``: the flat positions where ``mask`` is True.
+        Both worked out on the host spare the GPU a wait."""
         model = self.model
         decoder = getattr(model, "get_decoder", lambda: None)()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         plain_head = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
         kwargs = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
-        if attention_mask is not None and getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME:
-            # The varlen kernel reads no mask: padded rows must be right-padded (causal attention then
-            # never reaches a pad). Checked on the device without waiting for it.
-            torch._assert_async(~(attention_mask[:, 1:] > attention_mask[:, :-1]).any(), "padded rows must be right-padded")
-            kwargs["attention_mask"] = None
-        if cu_seq_lens is not None:
-            kwargs.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=max_length, max_length_k=max_length)
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME:
+            if attention_mask is not None:
+                # The varlen kernel reads no mask: padded rows must be right-padded (causal attention
+                # then never reaches a pad). Checked on the device without waiting for it.
+                torch._assert_async(~(attention_mask[:, 1:] > attention_mask[:, :-1]).any(), "padded rows must be right-padded")
+                kwargs["attention_mask"] = None
+            if sequence_lengths is None and position_ids is not None:
+                sequence_lengths = lengths_from_positions(position_ids)
         if sequence_lengths is not None:
-            kwargs["sequence_lengths"] = sequence_lengths
+            if cu_seq_lens is None:
+                cu_seq_lens = sequence_bounds(sequence_lengths).to(input_ids.device)
+            longest = max(sequence_lengths)
+            kwargs.update(sequence_lengths=sequence_lengths, cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens,
+                          max_length_q=longest, max_length_k=longest)
         if decoder is None or head is None or not plain_head:
             return token_logprobs(model(input_ids=input_ids, **kwargs).logits, targets)
         hidden = decoder(input_ids=input_ids, **kwargs).last_hidden_state

@@ -34,7 +34,6 @@ class MicroBatch:
     attention_mask: torch.Tensor | None = None  # padded rows
     position_ids: torch.Tensor | None = None  # packed rows
     cu_seq_lens: torch.Tensor | None = None  # packed rows: [n + 1] int32 sequence bounds (for a varlen kernel)
-    max_length: int | None = None  # packed rows: the longest sequence
     sequence_lengths: list[int] | None = None  # packed rows: each sequence's length, on the host
     trained_index: torch.Tensor | None = None  # flat positions of the trained tokens (set by ``to``)
 
@@ -129,8 +128,7 @@ def packed(batch: TrainBatch, rows: list[int], pack_tokens: int, current_version
                               same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
                               on_policy=torch.cat([batch.on_policy[i].expand(size[i]) for i in row]).unsqueeze(0),
                               position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0),
-                              cu_seq_lens=sequence_bounds([size[i] for i in row]), max_length=max(size[i] for i in row),
-                              sequence_lengths=[size[i] for i in row]))
+                              sequence_lengths=[size[i] for i in row], cu_seq_lens=sequence_bounds([size[i] for i in row])))
     return out
 
 
@@ -142,8 +140,7 @@ def empty(packed_rows: bool) -> MicroBatch:
                       on_policy=torch.zeros(1, 1, dtype=torch.bool),
                       attention_mask=None if packed_rows else torch.ones(1, 1, dtype=torch.long),
                       position_ids=torch.zeros(1, 1, dtype=torch.long) if packed_rows else None,
-                      cu_seq_lens=sequence_bounds([1]) if packed_rows else None, max_length=1 if packed_rows else None,
-                      sequence_lengths=[1] if packed_rows else None)
+                      sequence_lengths=[1] if packed_rows else None, cu_seq_lens=sequence_bounds([1]) if packed_rows else None)
 
 
 def micro_batches(batch: TrainBatch, rank: int, world_size: int, micro_batch_size: int, pack_tokens: int | None,

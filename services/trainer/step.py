@@ -45,13 +45,12 @@ def as_policy(model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> PolicyLogpr
 
 def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor,
                     mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                    chunk: int = DEFAULT_CHUNK, cu_seq_lens: torch.Tensor | None = None, max_length: int | None = None,
-                    sequence_lengths: list[int] | None = None, trained_index: torch.Tensor | None = None) -> torch.Tensor:
+                    chunk: int = DEFAULT_CHUNK, sequence_lengths: list[int] | None = None, cu_seq_lens: torch.Tensor | None = None,
+                    trained_index: torch.Tensor | None = None) -> torch.Tensor:
     """log p(target) per position ``[B, T]``; with ``mask``, only the trained positions are
     projected onto the vocabulary (the rest are 0), ``chunk`` tokens at a time."""
     return as_policy(model, chunk)(input_ids, targets, mask, attention_mask=attention_mask, position_ids=position_ids,
-                                   cu_seq_lens=cu_seq_lens, max_length=max_length, sequence_lengths=sequence_lengths,
-                                   trained_index=trained_index)
+                                   sequence_lengths=sequence_lengths, cu_seq_lens=cu_seq_lens, trained_index=trained_index)
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -97,8 +96,8 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
         part = part.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logprobs = policy(part.input_ids, part.targets, part.loss_mask, attention_mask=part.attention_mask,
-                              position_ids=part.position_ids, cu_seq_lens=part.cu_seq_lens, max_length=part.max_length,
-                              sequence_lengths=part.sequence_lengths, trained_index=part.trained_index)
+                              position_ids=part.position_ids, sequence_lengths=part.sequence_lengths, cu_seq_lens=part.cu_seq_lens,
+                              trained_index=part.trained_index)
         # Rows sent without inference logprobs: the behaviour policy is the trainer's own at the
         # step's start, which is this forward's value (the weights change only after the step).
         behaviour = torch.where(part.on_policy, logprobs.detach(), part.inference_logprobs)

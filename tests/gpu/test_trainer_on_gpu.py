@@ -55,7 +55,7 @@ def logprobs_and_grads(model, batch, pack: bool, bounds: bool = True, bf16: bool
         row = row.to(CUDA)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             lp = policy_logprobs(model, row.input_ids, None, row.targets, row.loss_mask, position_ids=row.position_ids if bounds else None,
-                                 cu_seq_lens=row.cu_seq_lens if bounds else None, max_length=row.max_length if bounds else None)
+                                 sequence_lengths=row.sequence_lengths if bounds else None, cu_seq_lens=row.cu_seq_lens if bounds else None)
         picked = lp[row.loss_mask]
     else:
         mask = batch.loss_mask.to(CUDA)
@@ -154,7 +154,7 @@ def _peak_delta(model, tokens: int) -> int:  # noqa: ANN001
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        lp = policy_logprobs(model, ids, None, ids, mask, position_ids=positions, cu_seq_lens=bounds, max_length=4096)
+        lp = policy_logprobs(model, ids, None, ids, mask, position_ids=positions, sequence_lengths=lengths, cu_seq_lens=bounds)
     lp.sum().backward()
     torch.cuda.synchronize()
     model.zero_grad(set_to_none=True)

@@ -38,8 +38,7 @@ def batch():
 
 def packed_logprobs(m: Qwen2ForCausalLM, b, **overrides) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
     (row,) = micro_batches(b, 0, 1, micro_batch_size=64, pack_tokens=1 << 16, current_version=None)
-    kwargs = {"position_ids": row.position_ids, "cu_seq_lens": row.cu_seq_lens, "max_length": row.max_length,
-              "sequence_lengths": row.sequence_lengths, **overrides}
+    kwargs = {"position_ids": row.position_ids, "cu_seq_lens": row.cu_seq_lens, "sequence_lengths": row.sequence_lengths, **overrides}
     lp = policy_logprobs(m, row.input_ids, None, row.targets, row.loss_mask, **kwargs)
     return lp, row.loss_mask
 
@@ -62,7 +61,7 @@ def test_bounds_from_position_ids_alone_give_the_same_values():
     b = batch()
     m = model(attention.register())
     with_bounds, mask = packed_logprobs(m, b)
-    from_positions, _ = packed_logprobs(m, b, cu_seq_lens=None, max_length=None, sequence_lengths=None)
+    from_positions, _ = packed_logprobs(m, b, cu_seq_lens=None, sequence_lengths=None)
     assert torch.equal(with_bounds[mask], from_positions[mask])
 
 
@@ -71,7 +70,7 @@ def test_a_packed_row_without_bounds_attends_across_sequences():
     b = batch()
     m = model(attention.register())
     right, mask = packed_logprobs(m, b)
-    wrong, _ = packed_logprobs(m, b, position_ids=None, cu_seq_lens=None, max_length=None, sequence_lengths=None)
+    wrong, _ = packed_logprobs(m, b, position_ids=None, cu_seq_lens=None, sequence_lengths=None)
     assert (right[mask] - wrong[mask]).abs().max() > 1e-3
 
 
@@ -119,10 +118,10 @@ def test_the_trained_index_path_equals_the_mask_path():
     (row,) = micro_batches(b, 0, 1, micro_batch_size=64, pack_tokens=1 << 16, current_version=None)
     on_device = row.to(torch.device("cpu"))
     by_mask = policy_logprobs(m, row.input_ids, None, row.targets, row.loss_mask, position_ids=row.position_ids,
-                              cu_seq_lens=row.cu_seq_lens, max_length=row.max_length)
+                              sequence_lengths=row.sequence_lengths)
     by_index = policy_logprobs(m, on_device.input_ids, None, on_device.targets, on_device.loss_mask,
                                position_ids=on_device.position_ids, cu_seq_lens=on_device.cu_seq_lens,
-                               max_length=on_device.max_length, trained_index=on_device.trained_index)
+                               sequence_lengths=on_device.sequence_lengths, trained_index=on_device.trained_index)
     assert torch.equal(on_device.trained_index, row.loss_mask.flatten().nonzero().squeeze(1))
     assert torch.allclose(by_mask, by_index, atol=0)
 
