@@ -2,9 +2,9 @@
 and for the staleness gate, always over the replicas of the env's own served model.
 
 A registry may list replicas of other models (a second policy, an evaluator); their versions
-count in another run, not this one. Filtering on the model name (or an alias the replica
-registered) is the registry's ``GET /v1/endpoints?model=``; these functions hold the rest of
-the rule, so no reader picks its own.
+count in another run, not this one. Filtering on the model name is the registry's
+``GET /v1/endpoints?model=`` too; these functions hold the rest of the rule, so no reader picks
+its own.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rlstack.common.contracts.registry import Endpoint
 
 
 def serves(endpoint: Endpoint, served_model_name: str) -> bool:
-    """The registry's ``?model=`` filter too: the replica's model, or an alias it registered."""
-    return served_model_name == endpoint.model or served_model_name in endpoint.served_model_names
+    """The registry's ``?model=`` filter and the proxy's routing filter too."""
+    return endpoint.model == served_model_name
 
 
 def sampling_version(endpoints: Iterable[Endpoint], served_model_name: str) -> int | None:

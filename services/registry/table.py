@@ -124,5 +124,5 @@ class EndpointTable:
 
 def _visible(e: Endpoint) -> tuple:
     """The parts of an entry a watcher acts on (not heartbeat times)."""
-    return (str(e.url), e.model, tuple(e.served_model_names), e.weight_version, e.dp_rank, tuple(sorted(e.labels.items())), e.ready,
+    return (str(e.url), e.model, e.weight_version, e.dp_rank, tuple(sorted(e.labels.items())), e.ready,
             e.quarantine)

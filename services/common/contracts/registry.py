@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from rlstack.common.names import ID_PATTERN
 
@@ -18,8 +20,6 @@ class EndpointRegistration(BaseModel):
     """Base URL of the OpenAI-compatible server (no /v1 suffix)."""
     model: str = Field(min_length=1)
     """The name the server lists at /v1/models; readiness waits for it."""
-    served_model_names: list[str] = Field(default_factory=list)
-    """Further names the policy answers to (aliases, LoRA adapters)."""
     weight_version: int = Field(default=0, ge=0)
     """Policy version currently loaded."""
     dp_rank: int | None = Field(default=None, ge=0)
@@ -30,6 +30,18 @@ class EndpointRegistration(BaseModel):
     """Expire after this long without a heartbeat; the registry's default when unset."""
     instance_id: str | None = Field(default=None, max_length=128)
     """Changes whenever the server behind the endpoint restarts (a quarantine ends with it)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_alias_names(cls, data: Any) -> Any:
+        """``served_model_names`` was a field no one set; sidecars of earlier releases still send it
+        empty, which a rolling upgrade must accept. A replica serves one name, ``model``."""
+        if isinstance(data, dict) and "served_model_names" in data:
+            if data["served_model_names"]:
+                raise ValueError("served_model_names: no longer part of the registration; a replica serves one "
+                                 "name, its `model` (register one endpoint per served name)")
+            data = {k: v for k, v in data.items() if k != "served_model_names"}
+        return data
 
 
 class Endpoint(EndpointRegistration):

@@ -21,6 +21,7 @@ import httpx
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.registry_client import RegistryClient
+from rlstack.common.weight_versions import serves
 from rlstack.proxy.names import relay_replica
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class Discovery:
         self._recheck = asyncio.Event()
 
     async def refresh(self, endpoints: list[Endpoint], revision: int) -> None:
-        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and (e.model == self.view.served_model_name or self.view.served_model_name in e.served_model_names)}
+        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and serves(e, self.view.served_model_name)}
         for rid, e in ready.items():
             if rid not in self.view.max_model_len:
                 self.view.max_model_len[rid] = await self._max_model_len(e)

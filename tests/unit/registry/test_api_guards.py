@@ -60,3 +60,13 @@ def test_lone_surrogate_in_a_name_is_refused_and_the_list_still_answers(client):
     body = b'{"url": "http://127.0.0.1:1", "model": "m\\udc00"}'
     assert client.put("/v1/endpoints/r0", content=body, headers={"content-type": "application/json"}).status_code == 422
     assert client.get("/v1/endpoints").status_code == 200
+
+
+def test_an_earlier_sidecars_empty_alias_list_is_accepted_and_a_nonempty_one_refused(client):
+    """``served_model_names`` left the contract: earlier sidecars sent it empty (a rolling upgrade
+    must keep them registered); names in it would route nowhere now, so they are refused by name."""
+    assert client.put("/v1/endpoints/r0", json={"url": "http://127.0.0.1:9000", "model": "m", "served_model_names": []}).status_code == 200
+    r = client.put("/v1/endpoints/r1", json={"url": "http://127.0.0.1:9001", "model": "m", "served_model_names": ["policy"]})
+    assert r.status_code == 422 and "served_model_names" in r.text
+    assert [e["id"] for e in client.get("/v1/endpoints").json()["endpoints"]] == ["r0"]
+    assert "served_model_names" not in client.get("/v1/endpoints").json()["endpoints"][0]

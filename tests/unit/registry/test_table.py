@@ -44,12 +44,12 @@ def test_expiry_uses_per_endpoint_ttl():
     assert table.expired_total == 1
 
 
-def test_select_filters_by_model_alias_readiness_and_labels():
+def test_select_filters_by_model_readiness_and_labels():
     table = EndpointTable(default_ttl=10)
-    table.upsert("a", reg(served_model_names=["policy"], labels={"zone": "x"}), now=0)
+    table.upsert("a", reg(labels={"zone": "x"}), now=0)
     table.upsert("b", reg(model="other"), now=0)
     table.record_probe("a", True, None, now=1)
-    assert [e.id for e in table.select(model="policy")] == ["a"]
+    assert [e.id for e in table.select(model="tiny")] == ["a"]
     assert [e.id for e in table.select(ready=False)] == ["b"]
     assert [e.id for e in table.select(labels={"zone": "x"})] == ["a"]
     assert table.select(labels={"zone": "y"}) == []
