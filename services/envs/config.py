@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
+from pydantic import BaseModel, Field, HttpUrl, SecretStr, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN
 from rlstack.common.settings import PolicySettings
-
-
-class ArithmeticSpec(BaseModel):
-    """Generated sums and products, graded exactly."""
-
-    kind: Literal["arithmetic"] = "arithmetic"
-    difficulty: int
-    max_operand: int
-    format_reward: float
-
-
-class Gsm8kSpec(BaseModel):
-    """Grade-school word problems."""
-
-    kind: Literal["gsm8k"] = "gsm8k"
-    dataset_path: Path | None
+from rlstack.envs.tasks import TaskContext, plugin
 
 
 class HarborSpec(BaseModel):
@@ -38,31 +23,27 @@ class HarborSpec(BaseModel):
     sandbox: Literal["local", "kubernetes"]
 
 
-TaskSpec = Annotated[ArithmeticSpec | Gsm8kSpec | HarborSpec, Field(discriminator="kind")]
-"""The task a server runs, as one typed value: only the fields of the chosen kind exist."""
-_SPEC_FIELDS = {kind: frozenset(spec.model_fields) - {"kind"} for kind, spec in
-                (("arithmetic", ArithmeticSpec), ("gsm8k", Gsm8kSpec), ("harbor", HarborSpec))}
-_TASK_SPEC: TypeAdapter[ArithmeticSpec | Gsm8kSpec | HarborSpec] = TypeAdapter(TaskSpec)
-
 TASK_FIELDS: dict[str, frozenset[str]] = {
-    "arithmetic": frozenset({"difficulty", "max_operand", "format_reward"}),
-    "gsm8k": frozenset({"dataset_path"}),
     "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "trial_retries",
                          "eval_temperature", "eval_samples",
                          "trial_sequences"}),
 }
 """Settings that mean something for one task only; setting one for another task is a mistake worth an error.
-(Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)"""
+(Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)
+Single-turn tasks keep theirs in ``task_options``, checked by the task's own model."""
+_HARBOR_SPEC_FIELDS = frozenset(HarborSpec.model_fields) - {"kind"}
 
 
 class EnvSettings(PolicySettings):
     model_config = SettingsConfigDict(env_prefix="RLSTACK_ENV_", cli_prog_name="rlstack.envs")
 
     port: int = Field(default=8300, ge=0, le=65535)
-    task: Literal["arithmetic", "gsm8k", "harbor"] = "arithmetic"
-    """Which task this server runs; ``harbor`` runs agent trials on the tasks of ``tasks_dir``."""
-    dataset_path: Path | None = None
-    """gsm8k: a local JSONL of question/answer rows; unset loads it from Hugging Face (start-up fails if it cannot)."""
+    task: str = "arithmetic"
+    """Which task this server runs: a registered single-turn task (``arithmetic``, ``gsm8k``, or one a
+    module registers, see ``rlstack.envs.tasks``), or ``harbor`` for agent trials on ``tasks_dir``."""
+    task_options: dict[str, Any] = Field(default_factory=dict)
+    """A single-turn task's own settings, checked by its options model, e.g. ``{"difficulty": 2}``
+    for arithmetic or ``{"dataset_path": "gsm8k.jsonl"}`` for gsm8k (a JSON object as flag or env var)."""
     name: str = "arithmetic"
     """Name registered with the batcher (Atropos' desired_name)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
@@ -84,9 +65,6 @@ class EnvSettings(PolicySettings):
     agent trial can fill it."""
     max_batches_offpolicy: int = Field(default=2, ge=1)
     """Pause producing once this many batches wait in the batcher (status-driven throttling)."""
-    difficulty: int = Field(default=1, ge=1, le=3)
-    max_operand: int = Field(default=20, ge=1)
-    format_reward: float = Field(default=0.0, ge=0, le=1)
     seed: int = 0
     heldout_size: int | None = Field(default=None, ge=0)
     """Problems (harbor: tasks of the dataset) kept out of training and answered by POST /evaluate.
@@ -161,6 +139,10 @@ class EnvSettings(PolicySettings):
                 raise ValueError(f"{', '.join(stray)}: only for task {kind!r}, but task is {self.task!r}")
         if self.task == "harbor" and self.tasks_dir is None:
             raise ValueError("tasks_dir: task 'harbor' needs a Harbor dataset directory (--tasks-dir)")
+        if self.task == "harbor" and self.task_options:
+            raise ValueError("task_options: task 'harbor' is set by its own fields (--tasks-dir, --agent, ...), not task_options")
+        if self.task != "harbor":
+            self._single_turn_options()
         if self.agent_command is not None:
             from rlstack.episodes.agents import agent_argv
 
@@ -174,7 +156,25 @@ class EnvSettings(PolicySettings):
             self.heldout_size = 0 if self.task == "harbor" else 64
         return self
 
+    def _single_turn_options(self) -> BaseModel:
+        """The task's options as its own model; an unknown task or a bad field is named here, at start-up."""
+        try:
+            options_model = plugin(self.task).options
+        except ValueError as exc:
+            raise ValueError(f"task: {exc}") from None
+        try:
+            return options_model.model_validate(self.task_options)
+        except ValidationError as exc:
+            problems = "; ".join(f"task_options.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{problems} (task {self.task!r})") from None
+
     @property
-    def task_spec(self) -> ArithmeticSpec | Gsm8kSpec | HarborSpec:
-        fields = {name: getattr(self, name) for name in _SPEC_FIELDS[self.task]}
-        return _TASK_SPEC.validate_python({"kind": self.task, **fields})
+    def task_spec(self) -> BaseModel:
+        """The task as one typed value: ``HarborSpec`` for agent trials, else the task's own options model."""
+        if self.task == "harbor":
+            return HarborSpec(**{name: getattr(self, name) for name in _HARBOR_SPEC_FIELDS})
+        return self._single_turn_options()
+
+    @property
+    def task_context(self) -> TaskContext:
+        return TaskContext(seed=self.seed, heldout_size=self.heldout_size or 0)

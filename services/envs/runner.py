@@ -44,7 +44,7 @@ class EnvRunner:
     def __init__(self, settings: EnvSettings, metrics: EnvMetrics, task: Any = None) -> None:
         self.s = settings
         self.metrics = metrics
-        self.task = task if task is not None else build_task(settings)
+        self.task = task if task is not None else build_task(settings.task, settings.task_spec, settings.task_context)
         self.problems: Iterator[Any] = self.task.stream()
         self.env_id: int | None = None
         self.batch_size: int | None = None

@@ -17,12 +17,25 @@ from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlstack.envs.tasks import TaskContext, register
 
 log = logging.getLogger(__name__)
 SAMPLES = Path(__file__).with_name("data") / "gsm8k_sample.jsonl"
 SYSTEM_PROMPT = "Solve the problem step by step. End with a line '#### <answer>' giving the final number."
 NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+
+
+class Gsm8kOptions(BaseModel):
+    """``--task-options`` of ``--task gsm8k``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_path: Path | None = None
+    """A local JSONL of question/answer rows; unset loads Hugging Face datasets' openai/gsm8k (start-up fails if it cannot)."""
+    split: str = "train"
+    """The Hugging Face split, when ``dataset_path`` is unset."""
 
 
 class GSM8KConfig(BaseModel):
@@ -71,7 +84,7 @@ def load_rows(config: GSM8KConfig) -> list[dict]:
         return list(load_dataset("openai/gsm8k", "main", split=config.split))
     except Exception as exc:  # noqa: BLE001 - not installed, offline, no cache: all mean "say what to do"
         raise RuntimeError(f"gsm8k: no path set and Hugging Face's openai/gsm8k cannot be loaded ({type(exc).__name__}: {exc}); "
-                           f"set the gsm8k path to a local JSONL of question/answer rows (a 12-problem smoke-test sample: {SAMPLES})") from exc
+                           f"set the gsm8k task's dataset_path to a local JSONL of question/answer rows (a 12-problem smoke-test sample: {SAMPLES})") from exc
 
 
 def load(config: GSM8KConfig) -> list[GSM8KProblem]:
@@ -103,3 +116,8 @@ class GSM8KTask:
     def score(self, completion: str, problem: GSM8KProblem) -> float:
         got = extract_answer(completion)
         return 1.0 if got is not None and got == to_number(problem.answer) else 0.0
+
+
+@register("gsm8k", Gsm8kOptions)
+def build(options: Gsm8kOptions, context: TaskContext) -> GSM8KTask:
+    return GSM8KTask(GSM8KConfig(path=options.dataset_path, split=options.split, heldout_size=context.heldout_size, seed=context.seed))

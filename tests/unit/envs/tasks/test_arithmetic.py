@@ -1,6 +1,6 @@
 from itertools import islice
 
-from rlstack.envs.arithmetic import (
+from rlstack.envs.tasks.arithmetic import (
     ArithmeticConfig,
     Problem,
     heldout,

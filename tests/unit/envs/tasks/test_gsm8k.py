@@ -3,7 +3,7 @@ from itertools import islice
 
 import pytest
 
-from rlstack.envs.gsm8k import (
+from rlstack.envs.tasks.gsm8k import (
     SAMPLES,
     GSM8KConfig,
     GSM8KTask,
@@ -52,5 +52,5 @@ def test_no_path_and_no_hugging_face_is_an_error_not_a_silent_fallback(monkeypat
     import sys
 
     monkeypatch.setitem(sys.modules, "datasets", None)  # import fails as if not installed
-    with pytest.raises(RuntimeError, match="set the gsm8k path"):
+    with pytest.raises(RuntimeError, match="set the gsm8k task's dataset_path"):
         load(GSM8KConfig())

@@ -14,19 +14,28 @@ import random
 import re
 from collections.abc import Iterator
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlstack.envs.tasks import TaskContext, register
 
 OPERATORS = {1: "+", 2: "+-", 3: "+-*"}
 ANSWER = re.compile(r"-?\d+")
 SYSTEM_PROMPT = "Answer with the number only."
 
 
-class ArithmeticConfig(BaseModel):
+class ArithmeticOptions(BaseModel):
+    """``--task-options`` of ``--task arithmetic``."""
+
+    model_config = ConfigDict(extra="forbid")
+
     difficulty: int = Field(default=1, ge=1, le=3)
     """1: two-operand sums; 2: adds subtraction; 3: adds products of small numbers."""
     max_operand: int = Field(default=20, ge=1)
     format_reward: float = Field(default=0.0, ge=0, le=1)
     """Bonus when the completion is just an integer (the answer form), right or wrong."""
+
+
+class ArithmeticConfig(ArithmeticOptions):
     seed: int = 0
     heldout_size: int = Field(default=0, ge=0)
     """Problems of the held-out set (drawn with ``heldout_seed``) that the stream never yields."""
@@ -84,3 +93,25 @@ def reward(completion: str, problem: Problem, config: ArithmeticConfig) -> float
     if config.format_reward and re.fullmatch(r"\s*-?\d+\s*", completion):
         score += config.format_reward
     return score
+
+
+class ArithmeticTask:
+    def __init__(self, config: ArithmeticConfig) -> None:
+        self.config = config
+
+    def stream(self) -> Iterator[Problem]:
+        return problems(self.config)
+
+    def heldout(self) -> list[Problem]:
+        return heldout(self.config)
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        return messages(problem)
+
+    def score(self, completion: str, problem: Problem) -> float:
+        return reward(completion, problem, self.config)
+
+
+@register("arithmetic", ArithmeticOptions)
+def build(options: ArithmeticOptions, context: TaskContext) -> ArithmeticTask:
+    return ArithmeticTask(ArithmeticConfig(**options.model_dump(), seed=context.seed, heldout_size=context.heldout_size))
