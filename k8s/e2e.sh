@@ -17,7 +17,7 @@ namespace="${NAMESPACE:-rlstack}"
 release="${RELEASE:-rl}"
 full="${release}-rlstack"   # the chart's object prefix for a release name without "rlstack"
 cluster="rlstack"
-models=/tmp/rlstack-models   # mounted at /models in the kind nodes (k8s/kind-*.yaml)
+models=/tmp/rlstack-models   # mounted at /models in the kind nodes (k8s/kind-gpu.yaml)
 logs="${repo}/runs/e2e-logs"
 chart="$repo/charts/rlstack"
 
@@ -87,10 +87,9 @@ wait_for_gpus() {
   return 1
 }
 
-log "the demo model on the host (kind mounts $models at /models)"
-run mkdir -p "$models"
-if [[ "$cpu" == "1" ]]; then
-  run "$repo/.venv/bin/rlstack" make-demo-model --out "$models/demo"
+if [[ "$cpu" != "1" ]]; then   # CPU: values-cpu.yaml's model Job builds the demo model in the cluster
+  log "the host's model directory (kind mounts $models at /models)"
+  run mkdir -p "$models"
 fi
 
 log "cluster ($kind_config)"

@@ -102,7 +102,7 @@ def schema() -> J:
                 "path": s("model directory on the shared volume", pattern="^/"),
                 "servedName": s(minLength=1),
                 "source": obj({
-                    "type": enum("hub", "hostPath", "claim", "none"),
+                    "type": enum("hub", "demo", "hostPath", "claim", "none"),
                     "hub": obj({"id": s(), "revision": s(minLength=1), "tokenSecret": s(), "tokenSecretKey": s(minLength=1)}),
                     "hostPath": s(),
                     "claim": obj({"name": s(), "subPath": s()}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.k8s.conftest import CHART, VALUES, by_kind, helm, render
+from tests.k8s.pod_security import restricted_violations
 from tests.k8s.test_chart import workloads
 
 
@@ -54,14 +56,20 @@ def test_model_job_downloads_from_the_hub_and_loaders_wait_for_its_marker():
         assert wait["image"] == container(pods[name])["image"]  # no extra image to pull (kind: pullPolicy Never)
 
 
-def test_cpu_values_copy_the_demo_model_from_the_kind_node_mount():
+def test_cpu_values_build_the_demo_model_in_the_job_and_every_pod_passes_the_restricted_profile():
+    """A namespace under Pod Security ``restricted`` admits every pod values-cpu.yaml makes (a
+    hostPath model source was refused there); the hostPath source stays an option, and is named."""
     objs = objects(values="values-cpu.yaml")
     pod = model_job(objs)["spec"]["template"]["spec"]
-    source = next(v for v in pod["volumes"] if v["name"] == "source")
-    assert source["hostPath"] == {"path": "/models/demo", "type": "Directory"}
-    kind = yaml.safe_load((CHART.parents[1] / "k8s" / "kind-cpu.yaml").read_text())
-    assert any(m["containerPath"] == "/models" for n in kind["nodes"] for m in n.get("extraMounts", []))
-    assert env_of({"spec": pod})["RLSTACK_MODEL_COPY_FROM"] == "/source"
+    assert env_of({"spec": pod})["RLSTACK_MODEL_SOURCE"] == "demo"
+    assert {v["name"] for v in pod["volumes"]} == {"shared", "script"}
+    specs = [(o["kind"], o["metadata"]["name"], o["spec"]["template"]["spec"]) for o in by_kind(objs, "Deployment") + by_kind(objs, "Job")]
+    specs += [("Pod", o["metadata"]["name"], o["spec"]) for o in by_kind(objs, "Pod")]  # helm test hooks
+    assert len(specs) >= 7
+    for kind, name, spec in specs:
+        assert restricted_violations(spec) == [], (kind, name)
+    with_host = model_job(objects(values="values-cpu.yaml", *("--set", "model.source.type=hostPath", "--set", "model.source.hostPath=/m")))
+    assert any("hostPath" in v for v in restricted_violations(with_host["spec"]["template"]["spec"]))
 
 
 def test_kind_gpu_values_name_a_model_something_provides():
@@ -74,6 +82,16 @@ def test_model_source_none_renders_no_job_and_waits_for_the_config():
     objs = objects("--set", "model.source.type=none")
     assert not [j for j in by_kind(objs, "Job") if j["metadata"]["labels"]["app.kubernetes.io/component"] == "model"]
     assert workloads(objs)["inference"]["spec"]["initContainers"][0]["command"][-1] == "/data/models/policy/config.json"
+
+
+def test_fetch_model_builds_the_demo_model_with_rlstack(tmp_path):
+    dest = tmp_path / "volume" / "models" / "demo"
+    env = {**os.environ, "RLSTACK_MODEL_DIR": str(dest), "RLSTACK_MODEL_SOURCE": "demo", "RLSTACK_MODEL_DEMO_STEPS": "2"}
+    run = subprocess.run([sys.executable, str(CHART / "files" / "fetch_model.py")], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((dest / ".rlstack-model.json").read_text()) == {"source": "demo", "steps": "2"}
+    assert (dest / "config.json").is_file() and (dest / "rlstack-warm-start.json").is_file()
+    assert not dest.with_name("demo.partial").exists()
 
 
 def test_fetch_model_copies_once_and_writes_the_marker_last(tmp_path):

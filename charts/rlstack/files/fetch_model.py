@@ -1,7 +1,9 @@
 """Put the policy model on the shared volume once, for every replica and the trainer to read.
 
 Run by the chart's model Job. Sources: the Hugging Face hub (``hub``: repo id, revision, token
-from $HF_TOKEN) or a mounted directory (``copy``: a node's hostPath or an existing claim). The
+from $HF_TOKEN), a mounted directory (``copy``: a node's hostPath or an existing claim), or the
+tiny CPU demo model that ``make run`` trains (``demo``: built here by ``rlstack make-demo-model``,
+which the trainer image has; a CPU cluster then needs no host directory and no internet). The
 chart gives each source its own directory (``<model.path>-<hash of the source>``), so a new
 source is fetched beside the old one while running pods keep theirs. The model and its marker
 are written to a sibling ``.partial`` directory, which is renamed into place: the marker (what
@@ -9,7 +11,8 @@ the replicas' and trainer's init containers wait for) appears with a complete mo
 before. A finished directory is never replaced: the same source means nothing to do (re-runs and
 upgrades cost nothing), another source is refused. A directory without its marker was never
 loaded by anyone (an interrupted fetch) and is replaced.
-Standard library only, plus huggingface_hub (installed with transformers) for the hub.
+Standard library only, plus huggingface_hub (installed with transformers) for the hub and
+rlstack for the demo.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +33,10 @@ def wanted(env: dict[str, str]) -> dict[str, str]:
         return {"source": "hub", "id": env["RLSTACK_MODEL_HUB_ID"], "revision": env.get("RLSTACK_MODEL_HUB_REVISION") or "main"}
     if kind == "copy":
         return {"source": "copy", "from": env["RLSTACK_MODEL_COPY_FROM"]}
-    raise SystemExit(f"unknown RLSTACK_MODEL_SOURCE {kind!r} (hub or copy)")
+    if kind == "demo":
+        steps = env.get("RLSTACK_MODEL_DEMO_STEPS")
+        return {"source": "demo", **({"steps": steps} if steps else {})}
+    raise SystemExit(f"unknown RLSTACK_MODEL_SOURCE {kind!r} (hub, copy or demo)")
 
 
 def fetch(want: dict[str, str], into: Path) -> None:
@@ -38,6 +45,9 @@ def fetch(want: dict[str, str], into: Path) -> None:
 
         snapshot_download(want["id"], revision=want["revision"], local_dir=into, token=os.environ.get("HF_TOKEN") or None)
         shutil.rmtree(into / ".cache", ignore_errors=True)  # download bookkeeping, not the model
+    elif want["source"] == "demo":
+        steps = ["--steps", want["steps"]] if "steps" in want else []  # unset: the demo `make run` trains
+        subprocess.run([sys.executable, "-m", "rlstack.cli", "make-demo-model", "--out", str(into), *steps], check=True)
     else:
         source = Path(want["from"])
         if not source.is_dir():

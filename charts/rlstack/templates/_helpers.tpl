@@ -129,6 +129,8 @@ app.kubernetes.io/part-of: rlstack
 {{- $s := .Values.model.source -}}
 {{- if eq $s.type "hub" -}}
 {{- toJson (dict "source" "hub" "id" $s.hub.id "revision" (default "main" $s.hub.revision)) -}}
+{{- else if eq $s.type "demo" -}}
+{{- toJson (dict "source" "demo") -}}
 {{- else if eq $s.type "hostPath" -}}
 {{- toJson (dict "source" "copy" "hostPath" $s.hostPath) -}}
 {{- else if eq $s.type "claim" -}}

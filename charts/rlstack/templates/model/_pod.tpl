@@ -1,4 +1,4 @@
-{{/* The model Job's pod: fetch_model.py in the trainer image (it has huggingface_hub). */}}
+{{/* The model Job's pod: fetch_model.py in the trainer image (it has huggingface_hub, and rlstack for the demo model). */}}
 {{- define "rlstack.modelPod" -}}
 {{- $s := .Values.model.source -}}
 {{- $d := .Values.podDefaults -}}
@@ -50,6 +50,9 @@ spec:
               name: {{ . }}
               key: {{ $s.hub.tokenSecretKey }}
         {{- end }}
+        {{- else if eq $s.type "demo" }}
+        - name: RLSTACK_MODEL_SOURCE
+          value: demo
         {{- else }}
         - name: RLSTACK_MODEL_SOURCE
           value: copy
@@ -66,7 +69,7 @@ spec:
         - name: script
           mountPath: /opt/rlstack-model
           readOnly: true
-        {{- if ne $s.type "hub" }}
+        {{- if has $s.type (list "hostPath" "claim") }}
         - name: source
           mountPath: /source
           readOnly: true
