@@ -45,7 +45,7 @@ def check_shapes(group: ScoredData, loc: Loc = ()) -> list[dict[str, Any]]:
         if rows != size:
             problems.append(error((*loc, name), f"has {rows} rows, tokens has {size}"))
     for name in ("advantages", "ref_logprobs", "inference_logprobs", "messages", "overrides",
-                 "distill_token_ids", "distill_logprobs"):
+                 "distill_token_ids", "distill_logprobs", "sampling_versions"):
         value = getattr(group, name)
         if value is not None and len(value) != size:
             problems.append(error((*loc, name), f"has {len(value)} rows, tokens has {size}"))

@@ -12,5 +12,11 @@ def adapter_name(served_model_name: str, version: int) -> str:
     return f"{served_model_name}-lora-v{version}"
 
 
+def adapter_version(name: str) -> int | None:
+    """The version an ``adapter_name`` carries; None for any other model name."""
+    head, sep, tail = name.rpartition("-lora-v")
+    return int(tail) if sep and head and tail.isdecimal() else None
+
+
 ID_BODY = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ID_PATTERN = rf"^{ID_BODY}$"

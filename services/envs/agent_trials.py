@@ -349,7 +349,8 @@ class AgentEnvRunner(EnvRunner):
             self.am.constant_groups.labels(self.s.name).inc()
             if self.s.drop_constant_groups:
                 raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
-        tokens, masks, logprobs, scores, versions, members = [], [], [], [], [], []
+        tokens, masks, logprobs, scores, members = [], [], [], [], []
+        versions: list[list[int] | None] = []
         for member, outcome in enumerate(outcomes):
             assert outcome.assembly is not None and outcome.result.reward is not None
             main, *side = sorted(outcome.assembly.sequences, key=lambda s: s.trained_tokens, reverse=True)
@@ -362,14 +363,17 @@ class AgentEnvRunner(EnvRunner):
                 masks.append(sequence.masks)
                 logprobs.append(sequence.inference_logprobs)
                 scores.append(outcome.result.reward)
-                versions.extend(sequence.weight_versions)
+                versions.append(sequence.sampling_versions)
                 members.append(member)
         group: dict = {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": logprobs,
                        "env_id": self.env_id}
         if len(members) > len(outcomes):
             group["trials"] = members  # a trial's side calls, sub-agents and segments: rows of one member
-        if versions:
-            group["weight_version"] = min(versions)  # the oldest policy any call of the group saw
+        if all(v is not None for v in versions):
+            group["sampling_versions"] = versions  # per row, the versions the replicas say sampled it
+            group["weight_version"] = min(v[0] for v in versions)  # type: ignore[index]  # the oldest any row saw
+        elif known := [v for row in versions if row for v in row]:
+            group["weight_version"] = min(known)  # some calls' versions unknown: no per-row claim
         return group
 
     async def aclose(self) -> None:

@@ -1,8 +1,9 @@
 """The env server's loop: register with the batcher, roll out groups through the proxy, score
 them, post them, and hold back while the batcher already has enough waiting.
 
-Talks to the batcher (Atropos API), the proxy (OpenAI API with ``n = group_size``) and,
-optionally, the registry (to stamp groups with the policy version that produced them).
+Talks to the batcher (Atropos API), the proxy (OpenAI API with ``n = group_size``; each choice comes
+back with the weight versions that sampled it) and, optionally, the registry (the staleness gate,
+and a group's label when the proxy gives no versions).
 A batcher that is away is waited for; one that refuses this env, or any other error, ends
 ``run()``, and the app's supervisor fails the process so a restart registers afresh.
 """
@@ -24,7 +25,7 @@ from rlstack.common.contracts.atropos import EnvRegistration
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.rollout import build_group, completion_parts
+from rlstack.envs.rollout import build_group, completion_parts, sampling_versions
 from rlstack.envs.tasks import build_task
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class EnvRunner:
         return own_sequences >= max(share, self.s.group_size)
 
     async def weight_version(self) -> int | None:
-        """The version a group is labelled with (``common.weight_versions.sampling_version``)."""
+        """The registry's view of the oldest served version (``common.weight_versions.sampling_version``):
+        a group's label only when its response carries no versions, and what /evaluate reports."""
         if self.registry is None:
             return None
         endpoints = (await self.registry.list(model=self.s.served_model_name, ready=True)).endpoints
@@ -127,7 +129,6 @@ class EnvRunner:
 
     async def rollout(self, problem: Any, trial: str) -> dict:
         """One group: n = group_size completions of one problem, scored, as a ScoredData dict."""
-        version = await self.weight_version()  # read before sampling: the oldest weights that may answer
         body = {"model": self.s.served_model_name, "n": self.s.group_size, "max_tokens": self.s.max_tokens,
                 "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True,
                 "messages": self.task.messages(problem)}
@@ -137,7 +138,10 @@ class EnvRunner:
         self.recent_rewards.extend(scores)
         self.metrics.rollouts.labels(self.s.name).inc(len(scores))
         self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
-        group = build_group(response, scores, version)
+        # The replica's own versions ride on each choice; the registry's lagging view only labels a
+        # response that lacks them (a proxy without its relay).
+        fallback = None if sampling_versions(response) is not None else await self.weight_version()
+        group = build_group(response, scores, fallback)
         group["env_id"] = self.env_id
         return group
 

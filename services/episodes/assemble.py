@@ -37,6 +37,14 @@ class AssembledSequence(BaseModel):
     """vLLM's logprob on trained positions, 0.0 elsewhere."""
     calls: int
     weight_versions: list[int] = Field(default_factory=list)
+    """The versions that sampled its trained tokens, oldest first (the calls' own, from the replica)."""
+    unversioned_calls: int = 0
+    """Calls whose versions the proxy could not learn: the sequence's versions are then incomplete."""
+
+    @property
+    def sampling_versions(self) -> list[int] | None:
+        """``weight_versions`` when every call's are known, else None."""
+        return self.weight_versions if self.weight_versions and not self.unversioned_calls else None
 
     @computed_field
     @property
@@ -86,18 +94,21 @@ class _Thread:
         self.masks: list[int] = []
         self.logprobs: list[float] = []
         self.calls = 0
-        self.versions: list[int] = []
+        self.versions: set[int] = set()
+        self.unversioned = 0
         self.prompts: list[list[int]] = []
 
-    def extend(self, prompt: list[int], completion: list[int], logprobs: list[float], version: int | None) -> None:
+    def extend(self, prompt: list[int], completion: list[int], logprobs: list[float], versions: list[int] | None) -> None:
         self.prompts.append(prompt)
         context = prompt[len(self.tokens):]
         self.tokens += context + completion
         self.masks += [MASKED] * len(context) + completion
         self.logprobs += [0.0] * len(context) + logprobs
         self.calls += 1
-        if version is not None:
-            self.versions.append(version)
+        if versions:
+            self.versions.update(versions)
+        else:
+            self.unversioned += 1
 
     def continued_by(self, prompt: list[int]) -> bool:
         n = len(self.tokens)
@@ -105,7 +116,7 @@ class _Thread:
 
     def sequence(self) -> AssembledSequence:
         return AssembledSequence(tokens=self.tokens, masks=self.masks, inference_logprobs=self.logprobs,
-                                 calls=self.calls, weight_versions=self.versions)
+                                 calls=self.calls, weight_versions=sorted(self.versions), unversioned_calls=self.unversioned)
 
 
 def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
@@ -135,7 +146,7 @@ def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
                 breaks += 1
             thread = _Thread(prompt)
             threads.append(thread)
-        thread.extend(prompt, choice.completion_token_ids, choice.completion_logprobs, record.weight_version)
+        thread.extend(prompt, choice.completion_token_ids, choice.completion_logprobs, choice.weight_versions)
     sequences = [t.sequence() for t in threads]
     return Assembly(sequences=[s for s in sequences if s.trained_tokens > 0], calls=calls, merged_calls=merged,
                     thread_breaks=breaks, failed_calls=failed, retried_calls=retried, spliced_calls=spliced,

@@ -80,6 +80,7 @@ class Replica:
         except (RuntimeError, TimeoutError) as exc:
             self.failed = str(exc)
             raise
+        await self._label_weights()
         if self.start_from is not None:
             log.info("serving published weights v%d (%s, %s)", self.weight_version, self.start_from.kind, self.start_from.path)
         while True:
@@ -102,6 +103,15 @@ class Replica:
         if r.status_code != 200:
             raise RuntimeError(f"vLLM refused the published adapter {published.path}: {r.status_code} {r.text[:300]}")
         self.weight_version, self.adapter = published.version, name
+
+    async def _label_weights(self) -> None:
+        """vLLM labels every token it samples with its engine's weight version ("default" at start); from
+        here it is the version this replica loaded, so the proxy reads the sampling version off the
+        replica itself. Syncs move it on (``trainer.sync``)."""
+        async with httpx.AsyncClient(timeout=30, headers=self.vllm.headers) as client:
+            r = await client.post(f"{self.vllm.base_url}/update_weight_version", json={"new_version": str(self.weight_version)})
+        if r.status_code != 200:
+            raise RuntimeError(f"vLLM refused its weight version label: {r.status_code} {r.text[:300]}")
 
     async def _heartbeat(self) -> None:
         if self.registry is not None:

@@ -22,7 +22,13 @@ import torch
 from pydantic import BaseModel, Field
 
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.envs.tasks.arithmetic import ArithmeticConfig, heldout, messages, parse_answer, problems
+from rlstack.envs.tasks.arithmetic import (
+    ArithmeticConfig,
+    heldout,
+    messages,
+    parse_answer,
+    problems,
+)
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,16 @@
    pre-call hook asks for token ids and logprobs and pins the trial to one replica.
 4. With token-in (the default), every deployment is ``relay/tokenin.py``'s loopback listener
    (``names.RELAY_PREFIX``): the call that continues one of the trial's threads (``relay/threads.py``;
-   heads other processes logged are taken up by ``relay/thread_log.py``) goes to vLLM as exact ids.
+   heads other processes logged are taken up by ``relay/thread_log.py``) goes to vLLM as exact ids,
+   and every call learns from the replica which weight versions sampled it (``relay/versions.py``).
 5. Back through LiteLLM, ``routing/hooks.py``'s success or failure callback makes the call's
-   ``TrajectoryRecord``; ``records/writer.py``'s one thread appends it to the trial's JSONL.
+   ``TrajectoryRecord`` (with the relay's outcome: splice, segment, versions); ``records/writer.py``'s
+   one thread appends it to the trial's JSONL.
 6. A trial's end (``POST /trials/<run>/<trial>/end``, ``end_trial`` here): this process and every
    peer pod (``records/peers.py``) wait for the trial's records, flush them and forget its threads.
 
 State, all per process: the replicas (``routing/discovery.py``'s ``ReplicaView``; a trial's replica follows from them),
-calls in flight (``routing/hooks.py``), the trials' threads (``relay/threads.py``), open files
+calls in flight (``routing/hooks.py``), the trials' threads and each call's outcome (``relay/tokenin.py``), open files
 (``records/writer.py``). LiteLLM's proxy keeps its router and custom-auth hook as module globals of
 ``litellm.proxy.proxy_server``; this is the one place that sets them.
 """

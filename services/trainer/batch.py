@@ -7,6 +7,10 @@ target t+1 is inference_logprobs[t+1] (vLLM reports each sampled token's own log
 A group without ``inference_logprobs`` (every unmodified Atropos env) has no behaviour policy to
 take the ratio against: its rows are marked ``on_policy`` and the step takes their ratio against
 the trainer's own logprobs at the step's start (plain on-policy GRPO), never against zeros.
+
+A row's weight version is the one that sampled all its trained tokens (``sampling_versions``, as
+the replica reported it); a row whose tokens span a sync has none, so the mismatch check, which
+must score each token under the weights that sampled it, leaves it out (and it is counted).
 """
 
 from __future__ import annotations
@@ -30,6 +34,16 @@ def member_advantages(scores: torch.Tensor, trials: list[int] | None) -> torch.T
     return group_advantages(per_member)[index]
 
 
+def row_versions(group: dict[str, Any]) -> list[list[int] | None]:
+    """Per row, the versions that sampled it: the group's ``sampling_versions``, else (an env that
+    sends only the group's label) that label for every row, else unknown."""
+    sampled = group.get("sampling_versions")
+    if sampled:
+        return [list(v) for v in sampled]
+    label = group.get("weight_version")
+    return [[label] if label is not None else None for _ in group["tokens"]]
+
+
 @dataclass
 class TrainBatch:
     input_ids: torch.Tensor  # [B, T] padded tokens[:-1]
@@ -40,7 +54,10 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [B, T]
     rewards: torch.Tensor  # [B]
     weight_versions: list[int | None]
+    """Per row, the one version that sampled every trained token; None: unknown, or it spans a sync."""
     on_policy: torch.Tensor | None = None  # [B] bool: no inference logprobs were sent for the row
+    spanning_rows: int = 0
+    """Rows whose tokens several versions sampled."""
 
     def __post_init__(self) -> None:
         if self.on_policy is None:
@@ -61,13 +78,14 @@ def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
         else:
             adv = member_advantages(scores, group.get("trials"))
         sampled = group.get("inference_logprobs")
+        sampled_by = row_versions(group)
         for i, tokens in enumerate(group["tokens"]):
             logprobs = sampled[i] if sampled else [0.0] * len(tokens)
             on_policy.append(not sampled)
             rows.append((tokens, group["masks"][i], logprobs))
             advantages.append(float(adv[i]))
             rewards.append(float(scores[i]))
-            versions.append(group.get("weight_version"))
+            versions.append(sampled_by[i])
     width = max(len(t) for t, _, _ in rows) - 1
     size = len(rows)
     input_ids = torch.full((size, width), pad_id, dtype=torch.long)
@@ -83,4 +101,5 @@ def to_tensors(groups: list[dict[str, Any]], pad_id: int = 0) -> TrainBatch:
         inference[i, :n] = torch.tensor(logprobs[1:], dtype=torch.float32)
         attention[i, :n] = 1
     return TrainBatch(input_ids, targets, loss_mask, inference, torch.tensor(advantages), attention,
-                      torch.tensor(rewards), versions, torch.tensor(on_policy, dtype=torch.bool))
+                      torch.tensor(rewards), [v[0] if v and len(v) == 1 else None for v in versions],
+                      torch.tensor(on_policy, dtype=torch.bool), spanning_rows=sum(v is not None and len(v) > 1 for v in versions))

@@ -25,6 +25,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient
 from rlstack.common.contracts.atropos import TrainerRegistration
 from rlstack.trainer import checkpoint
+from rlstack.trainer.batch import row_versions
 from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
 from rlstack.trainer.engine import Engine, ShardedPolicy, load_policy  # noqa: F401 - load_policy: imported from here by tests
 from rlstack.trainer.metrics import TrainerMetrics
@@ -240,8 +241,8 @@ class TrainingLoop:
     async def train_one(self) -> StepRecord:
         groups, waited = await self._next_batch()
         stats = await asyncio.to_thread(self.engine.call, "step", groups, self.step)
-        versions = [g.get("weight_version") for g in groups for _ in g["tokens"]]
-        stale = [max(0, self.step - v) for v in versions if v is not None]
+        sampled = [v for g in groups for v in row_versions(g)]
+        stale = [max(0, self.step - v[0]) for v in sampled if v]  # from each row's oldest sampling version
         self.step += 1
         sync_seconds = None
         if self.step % self.s.sync_every == 0 or self.step == self.s.steps:
@@ -252,7 +253,7 @@ class TrainingLoop:
             grad_norm=stats.grad_norm, tokens=stats.tokens, step_seconds=stats.seconds,
             tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
             staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
-            mismatch=stats.mismatch,
+            mismatch=stats.mismatch, rows=len(sampled), rows_spanning_versions=sum(v is not None and len(v) > 1 for v in sampled),
         )
         await asyncio.to_thread(append_line, self.records_path, record)
         if self.tracker is not None:

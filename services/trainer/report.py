@@ -43,6 +43,11 @@ class StepRecord(BaseModel):
     staleness_max: int
     sync_seconds: float | None = None
     mismatch: Mismatch | None = None
+    rows: int = 0
+    """Rows (sequences) trained on."""
+    rows_spanning_versions: int = 0
+    """Rows whose tokens more than one weight version sampled (a sync landed mid-generation): left out
+    of the mismatch check, which scores each row under the one version that sampled it."""
 
 
 class EvalResult(BaseModel):
@@ -98,6 +103,8 @@ class Summary(BaseModel):
     """Steps that carried a mismatch figure."""
     mismatch_checked_share: float | None = None
     """Trained tokens whose mismatch was checked, over all trained tokens of the run."""
+    rows_spanning_share: float | None = None
+    """Rows whose tokens span a sync, over all rows trained on."""
     step_seconds_median: float | None
     model: str
     seconds: float
@@ -177,6 +184,7 @@ def summarize(records: list[StepRecord], **fields) -> Summary:  # noqa: ANN003 -
         mismatch_steps=sum(r.mismatch is not None for r in records),
         mismatch_checked_share=(sum(r.mismatch.tokens for r in records if r.mismatch is not None) / max(1, sum(r.tokens for r in records))
                                 if records else None),
+        rows_spanning_share=(sum(r.rows_spanning_versions for r in records) / max(1, sum(r.rows for r in records)) if records else None),
         step_seconds_median=statistics.median([r.step_seconds for r in records]) if records else None,
         **fields,
     )

@@ -68,7 +68,7 @@ def test_cpu_values_build_the_demo_model_in_the_job_and_every_pod_passes_the_res
     assert len(specs) >= 7
     for kind, name, spec in specs:
         assert restricted_violations(spec) == [], (kind, name)
-    with_host = model_job(objects(values="values-cpu.yaml", *("--set", "model.source.type=hostPath", "--set", "model.source.hostPath=/m")))
+    with_host = model_job(objects("--set", "model.source.type=hostPath", "--set", "model.source.hostPath=/m", values="values-cpu.yaml"))
     assert any("hostPath" in v for v in restricted_violations(with_host["spec"]["template"]["spec"]))
 
 

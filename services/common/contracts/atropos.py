@@ -1,4 +1,5 @@
-"""The Atropos trajectory API's wire types (atroposlib 0.4.0), plus our optional ``weight_version``.
+"""The Atropos trajectory API's wire types (atroposlib 0.4.0), plus our optional ``weight_version``,
+``sampling_versions`` and ``trials``.
 
 Field names and shapes match atroposlib's server so its ``BaseEnv`` and trainers work
 unchanged; unknown fields are ignored, nulls accepted in every optional field. Type checks
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 MASKED = -100
 """A ``masks`` entry for a position that is not trained (prompt, tool output): Atropos's convention."""
@@ -91,7 +92,13 @@ class ScoredData(BaseModel):
     distill_token_ids: list[list[list[TokenId]]] | None = None
     distill_logprobs: list[list[list[Value]]] | None = None
     weight_version: int | None = Field(default=None, ge=0, le=MAX_ID)
-    """rlstack extension: the policy version that generated the group (staleness filter)."""
+    """rlstack extension: the oldest policy version that sampled any of the group's tokens (the
+    staleness filter's number). With ``sampling_versions`` it is their minimum, set if left out."""
+    sampling_versions: list[list[Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]]] | None = None
+    """rlstack extension: per sequence, the weight versions that sampled its trained tokens, oldest
+    first, as the replica labelled them (vLLM's per-token version spans, or its label before and after
+    a call): one entry, the row was sampled by one version; several, its tokens span a sync (the
+    trainer's mismatch check leaves such rows out and counts them)."""
     trials: list[Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]] | None = None
     """rlstack extension: which member of the group (an agent trial) each row belongs to, 0..n-1.
     A trial may bring several sequences (its main thread, side calls, sub-agents, the segments
@@ -102,6 +109,24 @@ class ScoredData(BaseModel):
     @property
     def members(self) -> int:
         return len(set(self.trials)) if self.trials is not None else len(self.tokens)
+
+    @field_validator("sampling_versions")
+    @classmethod
+    def _versions_are_sorted_sets(cls, value: list[list[int]] | None):
+        for row in value or ():
+            if not row or any(a >= b for a, b in zip(row, row[1:])):
+                raise ValueError("each row lists the versions that sampled it: at least one, strictly increasing")
+        return value
+
+    @model_validator(mode="after")
+    def _weight_version_is_the_oldest_sampling_version(self) -> ScoredData:
+        if self.sampling_versions:
+            oldest = min(row[0] for row in self.sampling_versions)
+            if self.weight_version is None:
+                self.weight_version = oldest
+            elif self.weight_version != oldest:
+                raise ValueError(f"weight_version: {self.weight_version}, but the oldest of sampling_versions is {oldest}")
+        return self
 
     @field_validator("messages")
     @classmethod

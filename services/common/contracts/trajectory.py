@@ -26,6 +26,9 @@ class TrajectoryChoice(BaseModel):
     completion_token_ids: list[int] = Field(default_factory=list)
     completion_logprobs: list[float] = Field(default_factory=list)
     """One logprob per completion token, aligned with completion_token_ids."""
+    weight_versions: list[int] | None = None
+    """The weight versions that sampled these tokens, oldest first, as the replica labelled them
+    (``proxy.relay.versions``); None: unknown (the relay was off, or the replica had no label)."""
 
 
 class SpliceInfo(BaseModel):
@@ -81,6 +84,8 @@ class TrajectoryRecord(BaseModel):
     replica_id: str | None = None
     replica_url: str | None = None
     weight_version: int | None = None
+    """The oldest version that sampled any of the call's completion tokens (its choices'
+    ``weight_versions``); None: unknown."""
     request: dict[str, Any] = Field(default_factory=dict)
     """The client's request in its own API's shape (messages, system, tools, sampling params)."""
     prompt_token_ids: list[int] = Field(default_factory=list)

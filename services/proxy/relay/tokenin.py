@@ -14,6 +14,10 @@ still continues nothing (a trial's first, a side call, an edited history: told f
 messages before anything is rendered), streaming calls and ``n > 1`` go to
 ``/v1/chat/completions`` unchanged, one hop as without token-in. The listener answers only LiteLLM: every request must carry this process's random
 token, so a sandbox that finds the port cannot write into a trial's threads.
+
+Every call also learns here which weight versions sampled each choice (``relay.versions``: the
+spans ``generate`` reports, or the replica's label read around a one-hop call); the versions go
+into the call's outcome for its record and onto each choice of the answer (``weight_versions``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from aiohttp import web
 
 from rlstack.proxy.edge.sse import dumps, loads
 from rlstack.proxy.names import CALL_HEADER, RELAY_PREFIX, TRIAL_HEADER
+from rlstack.proxy.relay import versions
 from rlstack.proxy.relay.thread_log import ThreadLog
 from rlstack.proxy.relay.threads import Head, Plan, Splice, ThreadTable, ended_on_turn_end
 from rlstack.proxy.routing.discovery import ReplicaView
@@ -47,6 +52,8 @@ class CallOutcome:
     splice: Splice | None
     segment: str | None
     head: Head | None = None
+    versions: list[list[int] | None] | None = None
+    """Per choice, the weight versions that sampled it (``relay.versions``)."""
 
 
 class UpstreamError(Exception):
@@ -118,21 +125,23 @@ class TokenInUpstream:
         call_id = request.headers.get(CALL_HEADER)
         try:
             if body.get("stream"):  # --stream-mode litellm: vLLM's events, passed through as they come
-                return await self._stream(request, f"{base}/v1/chat/completions", raw)
+                return await self._stream(request, base, raw, body, call_id)
             if not trial or (body.get("n") or 1) != 1:
-                return _json(await self._post(f"{base}/v1/chat/completions", raw))
+                answer, sampled = await self._one_hop(base, raw, body)
+                self._note(call_id, CallOutcome(None, None, versions=sampled))
+                return _json(versions.stamp(answer, sampled))
             messages = body.get("messages") or []
             if not self.threads.may_continue(trial, messages) and not await self._take_up(trial, messages):
                 # a first call, a side call or an edited history
-                answer = await self._post(f"{base}/v1/chat/completions", raw)
+                answer, sampled = await self._one_hop(base, raw, body)
                 turn_end = await self._turn_end(base, endpoint.id, body.get("model"))
                 prompt = answer.get("prompt_token_ids") or []
                 edited = self.threads.starts_like(trial, messages, body.get("tools"))
                 self._remember(trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
-                               body, answer, eos_stop=ended_on_turn_end(answer, turn_end))
-                return _json(answer)
-            answer = await self._spliced(base, trial, call_id, body, endpoint.id)
-            return _json(answer)
+                               body, answer, eos_stop=ended_on_turn_end(answer, turn_end), sampled=sampled)
+                return _json(versions.stamp(answer, sampled))
+            answer, sampled = await self._spliced(base, trial, call_id, body, endpoint.id)
+            return _json(versions.stamp(answer, sampled))
         except UpstreamError as exc:
             return web.Response(status=exc.status, body=exc.body, content_type="application/json")
         except aiohttp.ClientConnectorError as exc:
@@ -157,7 +166,25 @@ class TokenInUpstream:
             self.adopted(adopted)
         return self.threads.may_continue(trial, messages)
 
-    async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any], replica_id: str) -> dict:
+    async def _one_hop(self, base: str, raw: bytes, body: dict[str, Any]) -> tuple[dict, list[list[int] | None]]:
+        """``/v1/chat/completions`` as sent, and per choice the versions that sampled it: the adapter's
+        under LoRA, else the replica's label read before and after the call."""
+        adapter = versions.of_adapter(body.get("model"))
+        before = adapter if adapter is not None else await self._label(base)
+        answer = await self._post(f"{base}/v1/chat/completions", raw)
+        sampled = [adapter] if adapter is not None else versions.bracketed(before, await self._label(base))
+        return answer, [sampled] * len(answer.get("choices") or [])
+
+    async def _label(self, base: str) -> int | None:
+        """The replica's current weight-version label (vLLM's ``/weight_info``); None if it has none."""
+        try:
+            return versions.label((await self._get(f"{base}/weight_info")).get("weight_version"))
+        except UpstreamError as exc:  # a vLLM without the RL routes: the call goes on, its versions unknown
+            log.debug("no weight-version label from %s: %s", base, exc)
+            return None
+
+    async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any],
+                       replica_id: str) -> tuple[dict, list[list[int] | None]]:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
         ids = rendered["token_ids"]
         turn_end = await self._turn_end(base, replica_id, body.get("model"))
@@ -176,22 +203,29 @@ class TokenInUpstream:
         answer["prompt_token_ids"] = plan.prompt
         for choice, raw_choice in zip(answer.get("choices") or [], generated.get("choices") or [], strict=False):
             choice.setdefault("token_ids", raw_choice.get("token_ids"))
-        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=ended_on_turn_end(generated, turn_end))
-        return answer
+        adapter = versions.of_adapter(body.get("model"))
+        sampled = [[adapter] if adapter is not None else versions.from_spans(c.get("weight_versions"))
+                   for c in generated.get("choices") or []]
+        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=ended_on_turn_end(generated, turn_end), sampled=sampled)
+        return answer, sampled
+
+    def _note(self, call_id: str | None, outcome: CallOutcome) -> None:
+        if call_id:
+            self.outcomes[call_id] = outcome
+            while len(self.outcomes) > MAX_OUTCOMES:
+                self.outcomes.popitem(last=False)
 
     def _remember(self, trial: str, call_id: str | None, rendered: list[int], plan: Plan, body: dict, answer: dict,
-                  eos_stop: bool) -> None:
+                  eos_stop: bool, sampled: list[list[int] | None]) -> None:
         choices = answer.get("choices") or []
         if not choices or not rendered:
+            self._note(call_id, CallOutcome(None, None, versions=sampled))
             return
         choice = choices[0]
         head = self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
                             choice.get("finish_reason"), eos_stop, messages=body.get("messages") or [],
                             reply=choice.get("message") or {}, tools=body.get("tools"))
-        if call_id:
-            self.outcomes[call_id] = CallOutcome(plan.splice, plan.segment, head)
-            while len(self.outcomes) > MAX_OUTCOMES:
-                self.outcomes.popitem(last=False)
+        self._note(call_id, CallOutcome(plan.splice, plan.segment, head, versions=sampled))
 
     async def _turn_end(self, base: str, replica_id: str, model: str | None) -> int | None:
         if replica_id not in self.turn_ends:
@@ -219,17 +253,38 @@ class TokenInUpstream:
         log.warning("the chat template renders an assistant turn unlike its generation prompt: cut replies are not spliced")
         return None
 
-    async def _stream(self, request: web.Request, url: str, data: bytes) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, base: str, data: bytes, body: dict[str, Any],
+                      call_id: str | None) -> web.StreamResponse:
+        """vLLM's events as they come, bracketed by the replica's label like a one-hop call. The last
+        chunk is held until the label after it is read, so the outcome is there before LiteLLM,
+        seeing the stream end, logs the call."""
         assert self.session is not None
-        async with self.session.post(url, data=data, headers=self.replica_headers) as reply:
+        adapter = versions.of_adapter(body.get("model"))
+        before = adapter if adapter is not None else await self._label(base)
+        async with self.session.post(f"{base}/v1/chat/completions", data=data, headers=self.replica_headers) as reply:
             if reply.status != 200:
                 raise UpstreamError(reply.status, await reply.read())
             response = web.StreamResponse(status=200, headers={"content-type": reply.headers.get("content-type", "text/event-stream")})
             await response.prepare(request)
+            held = b""
             async for chunk in reply.content.iter_any():
-                await response.write(chunk)
+                if held:
+                    await response.write(held)
+                held = chunk
+            sampled = [adapter] if adapter is not None else versions.bracketed(before, await self._label(base))
+            self._note(call_id, CallOutcome(None, None, versions=[sampled] * max(1, body.get("n") or 1)))
+            if held:
+                await response.write(held)
             await response.write_eof()
             return response
+
+    async def _get(self, url: str) -> dict:
+        assert self.session is not None
+        async with self.session.get(url, headers=self.replica_headers) as reply:
+            payload = await reply.read()
+            if reply.status != 200:
+                raise UpstreamError(reply.status, payload)
+            return loads(payload)
 
     async def _post(self, url: str, data: bytes) -> dict:
         assert self.session is not None

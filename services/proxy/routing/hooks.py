@@ -130,13 +130,15 @@ class RLStackHooks(CustomLogger):
         body = _as_dict(response)
         outcome = self.token_in.outcome(call_id) if self.token_in is not None else None
         splice = outcome.splice if outcome else None
-        choices = [_choice(c) for c in body.get("choices", [])] if body else []
+        sampled = (outcome.versions if outcome else None) or []
+        choices = [_choice(c, sampled[i] if i < len(sampled) else None) for i, c in enumerate(body.get("choices", []))] if body else []
+        oldest = min((c.weight_versions[0] for c in choices if c.weight_versions), default=None)
         record = TrajectoryRecord(
             run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
             started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
             requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or self.view.served_model_name,
             replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
-            weight_version=replica.weight_version if replica else None, request=ctx.request,
+            weight_version=oldest, request=ctx.request,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),
             status="error" if error else "ok", error=error,
             splice=SpliceInfo(onto=splice.onto, prefix_tokens=splice.prefix_tokens, tail_tokens=splice.tail_tokens,
@@ -148,13 +150,14 @@ class RLStackHooks(CustomLogger):
         self.metrics.observe_call(record)
 
 
-def _choice(c: dict[str, Any]) -> TrajectoryChoice:
+def _choice(c: dict[str, Any], weight_versions: list[int] | None) -> TrajectoryChoice:
     extra = c.get("provider_specific_fields") or {}
     ids = c.get("token_ids") or extra.get("token_ids") or []
     content = ((c.get("logprobs") or {}).get("content")) or []
     message = {k: v for k, v in (c.get("message") or {}).items() if v is not None and k != "provider_specific_fields"}
     return TrajectoryChoice(index=c.get("index", 0), message=message, finish_reason=c.get("finish_reason"),
-                            completion_token_ids=list(ids), completion_logprobs=[t.get("logprob", 0.0) for t in content])
+                            completion_token_ids=list(ids), completion_logprobs=[t.get("logprob", 0.0) for t in content],
+                            weight_versions=weight_versions)
 
 
 def _as_dict(response: Any) -> dict[str, Any]:

@@ -111,7 +111,10 @@ async def paused(client: httpx.AsyncClient, url: str) -> AsyncIterator[None]:
 
 
 async def mark_new_weights(client: httpx.AsyncClient, url: str, version: int) -> None:
-    """After an in-place update: store the version, and drop KV computed by the old weights."""
+    """After an in-place update, still paused: label the tokens generated from now on with the version
+    (vLLM's engine-side label, which it reports per token), store it for the sidecar, and drop KV
+    computed by the old weights."""
+    (await client.post(f"{url}/update_weight_version", json={"new_version": str(version)})).raise_for_status()
     (await client.post(f"{url}/collective_rpc", json=version_rpc(version))).raise_for_status()
     (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
 

@@ -1,3 +1,6 @@
+import pytest
+from pydantic import ValidationError
+
 from rlstack.batcher.validation import check_shapes
 from rlstack.common.contracts.atropos import ScoredData
 from tests.helpers.groups import make_group
@@ -45,3 +48,15 @@ def test_per_sequence_advantages_are_allowed():
 
 def test_empty_group_is_rejected():
     assert locs({"tokens": [], "masks": [], "scores": []}) == [["body", "tokens"]]
+
+
+def test_sampling_versions_give_the_group_its_oldest_version_and_are_checked():
+    group = make_group(size=2)
+    group["sampling_versions"] = [[3], [2, 3]]
+    assert ScoredData.model_validate(group).weight_version == 2 and locs(group) == []
+    group["sampling_versions"] = [[3]]
+    assert locs(group) == [["body", "sampling_versions"]]
+    with pytest.raises(ValidationError, match="strictly increasing"):
+        ScoredData.model_validate({**group, "sampling_versions": [[3, 2], [3]]})
+    with pytest.raises(ValidationError, match="weight_version: 5, but the oldest of sampling_versions is 2"):
+        ScoredData.model_validate({**group, "sampling_versions": [[3], [2, 3]], "weight_version": 5})

@@ -62,6 +62,7 @@ def test_every_sequence_of_a_trial_is_posted_as_a_row_of_its_member():
     assert group["trials"] == [0, 0, 1] and group["scores"] == [1.0, 1.0, 0.0]
     assert [sum(m != -100 for m in row) for row in group["masks"]] == [9, 3, 4]
     assert group["weight_version"] == 5  # the oldest version any posted call saw
+    assert group["sampling_versions"] == [[6], [5], [7]]  # per row, in the rows' order (main thread first)
 
 
 @pytest.mark.parametrize(("sequences", "fill"), [("main", "at_least"), ("all", "exact")])

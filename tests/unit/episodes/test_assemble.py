@@ -7,12 +7,14 @@ from rlstack.common.contracts.trajectory import TrajectoryChoice, TrajectoryReco
 from rlstack.episodes.assemble import assemble
 
 
-def call(prompt: list[int], completion: list[int], t: float, version: int = 0, status: str = "ok") -> TrajectoryRecord:
+def call(prompt: list[int], completion: list[int], t: float, version: int | list[int] | None = 0, status: str = "ok") -> TrajectoryRecord:
+    versions = [version] if isinstance(version, int) else version
     choices = [] if status != "ok" else [TrajectoryChoice(index=0, message={"role": "assistant"},
                                                           completion_token_ids=completion,
-                                                          completion_logprobs=[-0.1 * (i + 1) for i in range(len(completion))])]
+                                                          completion_logprobs=[-0.1 * (i + 1) for i in range(len(completion))],
+                                                          weight_versions=versions)]
     return TrajectoryRecord(run_id="r", trial_id="t", request_id=f"q{t}", api="openai", started_at=t, ended_at=t + 1,
-                            latency_seconds=1, weight_version=version, prompt_token_ids=prompt, choices=choices,
+                            latency_seconds=1, weight_version=versions[0] if versions else None, prompt_token_ids=prompt, choices=choices,
                             status=status)
 
 
@@ -34,6 +36,16 @@ def test_three_turns_merge_into_one_sequence_training_only_the_policys_tokens():
     assert all(lp == 0.0 for lp, m in zip(seq.inference_logprobs, seq.masks) if m == MASKED)
     assert seq.trained_tokens == len(turn1 + turn2 + turn3) and seq.calls == 3
     assert out.oldest_weight_version == 3 and out.merge_share == 1.0
+    assert seq.weight_versions == [3, 4] and seq.sampling_versions == [3, 4]  # the row spans a sync
+
+
+def test_a_sequence_with_a_call_of_unknown_versions_claims_none():
+    system, turn1, tool1, turn2 = [1, 2, 3], [10, 11, 2], [50, 51], [12, 13, 2]
+    out = assemble([call(system, turn1, 0.0, version=[5]), call(system + turn1 + tool1, turn2, 1.0, version=None)])
+    seq = out.sequences[0]
+    assert seq.weight_versions == [5] and seq.unversioned_calls == 1 and seq.sampling_versions is None
+    exact = assemble([call(system, turn1, 0.0, version=[5]), call(system + turn1 + tool1, turn2, 1.0, version=[5])]).sequences[0]
+    assert exact.sampling_versions == [5]
 
 
 def test_a_drifted_transcript_is_split_counted_and_its_copy_of_history_never_trained():

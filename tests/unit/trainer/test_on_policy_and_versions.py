@@ -131,3 +131,33 @@ def test_sample_and_store_are_bounded():
     rows = pick_rows(batch, 3, store, sample=2, seed=0)
     assert sum(len(r) for r in rows.values()) == 2 and set(rows) == {2}  # version 0 is no longer kept
     assert VersionStore(keep=0).versions == []
+
+
+def test_each_row_is_checked_under_the_version_that_sampled_it_and_rows_spanning_a_sync_are_left_out():
+    """Rows carry their own sampling versions (the replica's); the group's label no longer decides."""
+    model = tiny()
+    policy = as_policy(model)
+    params = lambda: [p for p in policy.parameters() if p.requires_grad]  # noqa: E731
+    store = VersionStore(keep=3)
+    store.remember(0, params())
+    old = group(model)
+    step_to_next_version(model)
+    store.remember(1, params())
+    new = group(model)
+    step_to_next_version(model)
+    store.remember(2, params())
+    # One group, rows sampled by different weights: 0 and 1 by v0, 2 by v1, 3 spans the sync v0 -> v1.
+    mixed = {**new, "inference_logprobs": old["inference_logprobs"][:2] + new["inference_logprobs"][2:],
+             "sampling_versions": [[0], [0], [1], [0, 1]], "weight_version": 0}
+    batch = to_tensors([mixed])
+    assert batch.weight_versions == [0, 0, 1, None] and batch.spanning_rows == 1
+    rows = pick_rows(batch, 2, store, sample=8, seed=0)
+    assert rows == {0: [0, 1], 1: [2]}
+    acc = MismatchAccumulator()
+    score_sample(policy, batch, rows, store, acc, micro_batch_size=4, ctx=DistContext())
+    assert acc.result().abs_max < 1e-5  # every checked token under the weights that sampled it
+    # Labelled by the group's oldest version instead (the old rule), row 2 reads as a mismatch.
+    relabelled = to_tensors([{k: v for k, v in mixed.items() if k != "sampling_versions"}])
+    wrong = MismatchAccumulator()
+    score_sample(policy, relabelled, pick_rows(relabelled, 2, store, sample=8, seed=0), store, wrong, 4, DistContext())
+    assert wrong.result().abs_max > 1e-2

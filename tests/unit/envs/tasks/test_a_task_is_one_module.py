@@ -1,6 +1,7 @@
 """A new task is one file: a module that registers itself, found through an installed entry point,
 then configured, validated and run by the env server's own runner with nothing else edited."""
 
+import sys
 import textwrap
 
 import pytest
@@ -52,16 +53,17 @@ def build(options: EchoOptions, context: TaskContext) -> Echo:
 @pytest.fixture
 def installed_echo(tmp_path, monkeypatch):
     """A distribution on sys.path whose only content is one task module and its entry point."""
+    builtins = dict(tasks.registered())  # discovered before the distribution exists: nothing of it leaks out
     (tmp_path / "echo_task.py").write_text(textwrap.dedent(ECHO))
     info = tmp_path / "echo_task-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-task\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[{tasks.ENTRY_POINT_GROUP}]\necho = echo_task\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(tasks, "_registered", dict(tasks.registered()))  # the built-ins, already imported
+    monkeypatch.setattr(tasks, "_registered", builtins)  # the built-ins, already imported
     monkeypatch.setattr(tasks, "_discovered", False)
     yield
-    monkeypatch.delitem(__import__("sys").modules, "echo_task", raising=False)
+    sys.modules.pop("echo_task", None)  # the next test imports it afresh, so its @register runs again
 
 
 def test_an_installed_module_adds_a_task_the_env_server_runs(installed_echo):
