@@ -98,7 +98,7 @@ def test_vllm_labels_every_token_with_the_version_our_sync_loaded(registry, sync
 def test_the_proxy_answers_and_records_the_versions_the_replica_reports(registry, replica, proxy, tiny_model, tmp_path):
     """Through LiteLLM and the relay: each choice of the answer and of the record says which version
     sampled it, before and after a real sync of the proxy's replica; an unlabelled replica gives none.
-    (The shared replica is put back on the base weights, version 0, whatever happens.)"""
+    (The shared replica starts and ends on the base weights, version 0.)"""
     base = replica.vllm_url
     v0, v1 = two_versions(tiny_model, tmp_path)
     run = "versions"
@@ -125,6 +125,7 @@ def test_the_proxy_answers_and_records_the_versions_the_replica_reports(registry
             await reload_from(client, base, path, version)
 
     try:
+        asyncio.run(sync(tiny_model, 0))  # whatever an earlier test's trainer left on the shared replica
         check(call("before"), "before", 0, v0, v1)
         asyncio.run(sync(tmp_path / "v1", 1))
         check(call("after"), "after", 1, v1, v0)
