@@ -3,7 +3,7 @@ LiteLLM, and hypothesis strategies for the hostile requests a schema cannot desc
 
 The proxy's own OpenAPI document is LiteLLM's (hundreds of management routes an agent never
 reaches, most behind the master key). The document here covers only what agents and the env
-server reach: the two model APIs, count_tokens, their ``/trials/<run>/<trial>`` forms, the trial's
+server reach: the three model APIs, count_tokens, their ``/trials/<run>/<trial>`` forms, the trial's
 end and the ops routes. Its schemas say what the front layer accepts (``rlstack.proxy.edge.bodies``) and
 vLLM's ranges: loose where clients are loose (extra fields allowed), strict in types and bounds, so
 schemathesis's positive cases reach the model and its negative mode has a wrong type or an
@@ -110,6 +110,29 @@ MESSAGES_BODY = {
     },
 }
 COUNT_BODY = {**MESSAGES_BODY, "required": ["model", "messages"]}
+_RESPONSES_PART = {"type": "object", "required": ["type", "text"],
+                   "properties": {"type": {"enum": ["input_text", "output_text"]}, "text": _STR}}
+_RESPONSES_ITEM = {"oneOf": [
+    {"type": "object", "required": ["role", "content"],
+     "properties": {"type": {"enum": ["message"]}, "role": {"enum": ["user", "assistant", "system", "developer"]},
+                    "content": {"anyOf": [_STR, {"type": "array", "items": _RESPONSES_PART, "maxItems": 2}]}}},
+    {"type": "object", "required": ["type", "call_id", "name", "arguments"],
+     "properties": {"type": {"enum": ["function_call"]}, "call_id": _STR, "name": _STR, "arguments": _STR}},
+    {"type": "object", "required": ["type", "call_id", "output"],
+     "properties": {"type": {"enum": ["function_call_output"]}, "call_id": _STR, "output": _STR}},
+]}
+RESPONSES_BODY = {
+    "type": "object", "required": ["model", "input"],
+    "properties": {
+        "model": {"enum": ["policy", "gpt-5-codex"]},
+        "input": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": _RESPONSES_ITEM, "minItems": 1, "maxItems": 4}]},
+        "instructions": _STR,
+        "tools": {"type": "array", "maxItems": 2, "items": {"type": "object", "required": ["type", "name"], "properties": {
+            "type": {"enum": ["function"]}, "name": {"type": "string", "pattern": "^[a-z_]{1,20}$"}, "parameters": {"type": "object"}}}},
+        "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 2**40},
+        "temperature": _TEMPERATURE, "top_p": _TOP_P, "stream": {"type": "boolean"}, "store": {"enum": [False]},
+    },
+}
 _RUN = {"name": "run", "in": "path", "required": True, "schema": {"type": "string", "enum": [RUN]}}
 _TRIAL = {"name": "trial", "in": "path", "required": True, "schema": {"type": "string", "enum": [TRIAL]}}
 _BETA = {"name": "beta", "in": "query", "required": False, "schema": {"enum": ["true"]}}
@@ -134,6 +157,7 @@ def model_routes() -> dict[str, Any]:
         paths[f"{prefix}/v1/chat/completions"] = _post(CHAT_BODY, params)
         paths[f"{prefix}/v1/messages"] = _post(MESSAGES_BODY, [*params, _BETA])
         paths[f"{prefix}/v1/messages/count_tokens"] = _post(COUNT_BODY, [*params, _BETA])
+        paths[f"{prefix}/v1/responses"] = _post(RESPONSES_BODY, params)
     return _document(paths)
 
 

@@ -72,7 +72,8 @@ class TrajectoryRecord(BaseModel):
     run_id: str
     trial_id: str
     request_id: str
-    api: Literal["openai", "anthropic"]
+    api: Literal["openai", "anthropic", "responses"]
+    """The client's dialect: OpenAI chat completions, Anthropic messages, OpenAI responses."""
     started_at: float
     ended_at: float
     latency_seconds: float

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 INT64 = 2**63
 """vLLM's seeds and counts are 64-bit; a larger integer raised there."""
@@ -182,9 +182,94 @@ class MessagesRequest(CountTokensRequest):
     metadata: dict[str, Any] | None = None
 
 
-def problem(body: dict[str, Any], kind: Literal["chat", "messages", "count_tokens"]) -> tuple[str, str] | None:
+# OpenAI responses --------------------------------------------------------------------------------
+
+RESPONSES_ITEMS = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+                   "reasoning")
+"""The input items LiteLLM's bridge turns into chat messages (the Responses API's conversation state
+as codex and the OpenAI SDKs send it, ``store: false``); others would reach the model as nothing."""
+
+
+class ResponsesPart(_Open):
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _typed(self) -> ResponsesPart:
+        if self.type in ("input_text", "output_text"):
+            _need(self, f"{self.type} part", "text")
+        return self
+
+
+class ResponsesItem(_Open):
+    type: str | None = None
+    """Absent on the short form of a message (``{"role", "content"}``)."""
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[ResponsesPart] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    input: str | None = None
+    output: str | list[ResponsesPart] | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str | None) -> str | None:
+        if value is not None and value not in RESPONSES_ITEMS:
+            raise ValueError(f"unknown input item type {value!r}; this proxy takes {', '.join(RESPONSES_ITEMS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _typed(self) -> ResponsesItem:
+        needs = {"message": ("role", "content"), "function_call": ("call_id", "name", "arguments"),
+                 "function_call_output": ("call_id", "output"), "custom_tool_call": ("call_id", "name", "input"),
+                 "custom_tool_call_output": ("call_id", "output")}
+        kind = self.type or "message"
+        _need(self, f"{kind} item", *needs.get(kind, ()))
+        return self
+
+
+class ResponsesTool(_Open):
+    type: str
+    name: str | None = None
+    parameters: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _typed(self) -> ResponsesTool:
+        if self.type in ("function", "custom"):
+            _need(self, f"{self.type} tool", "name")
+        return self
+
+
+class ResponsesRequest(_Open):
+    model: str
+    input: str | list[ResponsesItem] = Field(min_length=1)
+    instructions: str | None = None
+    tools: list[ResponsesTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool | None = None
+    store: bool | None = None
+    previous_response_id: None = None
+    """Refused: the proxy keeps no responses (it has no store to read them back from); a client sends
+    the conversation in ``input`` instead, as codex does."""
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    parallel_tool_calls: bool | None = None
+
+    @field_validator("previous_response_id", mode="before")
+    @classmethod
+    def _stateless(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("this proxy keeps no responses: send the whole conversation in input (and store: false)")
+        return value
+
+
+def problem(body: dict[str, Any], kind: Literal["chat", "messages", "count_tokens", "responses"]) -> tuple[str, str] | None:
     """None for a body of the right shape, else (the first bad field's dotted path, what is wrong)."""
-    model = {"chat": ChatRequest, "messages": MessagesRequest, "count_tokens": CountTokensRequest}[kind]
+    model = {"chat": ChatRequest, "messages": MessagesRequest, "count_tokens": CountTokensRequest, "responses": ResponsesRequest}[kind]
     try:
         model.model_validate(body)
     except ValidationError as exc:

@@ -1,5 +1,6 @@
 """The ASGI layer in front of LiteLLM: trial path prefixes, model names, max_tokens clamping,
-count_tokens, and streaming by way of one non-streaming upstream call.
+count_tokens, and streaming by way of one non-streaming upstream call, for the three dialects
+(OpenAI chat completions, Anthropic messages, OpenAI responses).
 
 Everything that needs the request body in the client's own format happens here, once: a model
 call's trial key is checked before its body is read (count_tokens, answered here, never reaches
@@ -22,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rlstack.common.auth import bearer
 from rlstack.common.trial_keys import TRIAL_PATH
 from rlstack.proxy.edge.bodies import problem
-from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks
+from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
 from rlstack.proxy.names import REQUESTED_MODEL_HEADER, TRIAL_HEADER
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,13 @@ log = logging.getLogger(__name__)
 CHAT_PATHS = {"/v1/chat/completions", "/chat/completions"}
 MESSAGES_PATHS = {"/v1/messages", "/messages"}
 COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
+RESPONSES_PATHS = {"/v1/responses", "/responses"}
 CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
+OPENAI = re.compile(r"^(openai/)?(gpt-|codex-|o\d)[A-Za-z0-9._-]*$")
+"""OpenAI model names a Responses client (codex) asks for by default: served by the policy, as claude-* is."""
 OTHER_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/models"), ("GET", "/health/liveliness"), ("GET", "/health/liveness")})
 """LiteLLM's routes let through besides the model calls. The rest (hundreds) are closed: with a
-trial key an agent reached /v1/completions or /v1/responses (each failure cooled the replica's
+trial key an agent reached /v1/completions (each failure cooled the replica's
 deployment down for every trial), provider pass-throughs (/anthropic/... dialled api.anthropic.com)
 and management routes (500s); and /engines/<model>/... aliases skipped this layer's checks."""
 KEY_HEADERS = ("authorization", "x-api-key", "x-litellm-api-key", "api-key")
@@ -103,16 +107,18 @@ class FrontMiddleware:
             scope["path"] = match["rest"]
             scope["raw_path"] = match["rest"].encode()
         path = scope["path"]
-        if scope["method"] != "POST" or path not in CHAT_PATHS | MESSAGES_PATHS | COUNT_PATHS:
+        if scope["method"] != "POST" or path not in CHAT_PATHS | MESSAGES_PATHS | COUNT_PATHS | RESPONSES_PATHS:
             if (scope["method"], path) in OTHER_ROUTES:
                 await self.app(scope, receive, send)
             else:
                 message = (f"{scope['method']} {path[:200]}: not served here; the proxy serves POST /v1/chat/completions, "
-                           "/v1/messages and /v1/messages/count_tokens (also under /trials/<run>/<trial>) and GET /v1/models")
+                           "/v1/responses, /v1/messages and /v1/messages/count_tokens (also under /trials/<run>/<trial>) "
+                           "and GET /v1/models")
                 await _respond(send, 404, FrontError(404, message, None, path.startswith(("/v1/messages", "/messages"))).body())
             return
-        anthropic = path not in CHAT_PATHS
-        kind = "chat" if not anthropic else "count_tokens" if path in COUNT_PATHS else "messages"
+        anthropic = path in MESSAGES_PATHS | COUNT_PATHS
+        kind = ("chat" if path in CHAT_PATHS else "responses" if path in RESPONSES_PATHS
+                else "count_tokens" if path in COUNT_PATHS else "messages")
         try:
             self._authorize(headers, anthropic)
             raw = await _read_body(receive)
@@ -125,7 +131,7 @@ class FrontMiddleware:
                 return
             if not self.replica_urls():
                 raise FrontError(503, "no inference replica is ready; retry shortly", None, anthropic)
-            await self._clamp(body, raw, anthropic)
+            await self._clamp(body, raw, kind)
         except FrontError as exc:
             await _respond(send, exc.status, exc.body())
             return
@@ -149,7 +155,8 @@ class FrontMiddleware:
             await _respond(send, status, payload, response_headers)
             return
         answer = loads(payload)
-        events = anthropic_events(answer) if anthropic else openai_chunks(answer, bool(stream_options.get("include_usage")))
+        events = (anthropic_events(answer) if anthropic else responses_events(answer) if kind == "responses"
+                  else openai_chunks(answer, bool(stream_options.get("include_usage"))))
         sse_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         sse_headers += [(k, v) for k, v in response_headers if k.lower().startswith(b"x-")]
         await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
@@ -173,7 +180,7 @@ class FrontMiddleware:
         raise FrontError(worst.status, worst.message, "authorization", anthropic)
 
     def _parse(self, raw: bytes, kind: str) -> dict[str, Any]:
-        anthropic = kind != "chat"
+        anthropic = kind in ("messages", "count_tokens")
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -183,16 +190,18 @@ class FrontMiddleware:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise FrontError(400, "model: required (a string)", "model", anthropic)
-        if not self._serves(model):
-            served = [self.served_model_name, f"hosted_vllm/{self.served_model_name}", "claude-*"]
+        if not self._serves(model, kind):
+            served = [self.served_model_name, f"hosted_vllm/{self.served_model_name}", "claude-*",
+                      *(["gpt-*", "codex-*", "o<digit>*"] if kind == "responses" else [])]
             raise FrontError(404, f"model: {model!r} is not served here; served models: {served}", "model", anthropic)
         bad = problem(body, kind)  # type: ignore[arg-type]
         if bad is not None:
             raise FrontError(400, bad[1], bad[0], anthropic)
         return body
 
-    def _serves(self, model: str) -> bool:
-        return model in (self.served_model_name, f"hosted_vllm/{self.served_model_name}") or bool(CLAUDE.match(model))
+    def _serves(self, model: str, kind: str) -> bool:
+        return (model in (self.served_model_name, f"hosted_vllm/{self.served_model_name}") or bool(CLAUDE.match(model))
+                or (kind == "responses" and bool(OPENAI.match(model))))
 
     async def _prompt_tokens(self, body: dict[str, Any], anthropic: bool) -> int:
         urls = self.replica_urls()
@@ -217,9 +226,11 @@ class FrontMiddleware:
         except httpx.TransportError as exc:  # gone since discovery last looked: like no replica at all
             raise FrontError(503, f"no inference replica answered ({type(exc).__name__}); retry shortly", None, anthropic) from None
 
-    async def _clamp(self, body: dict[str, Any], raw: bytes, anthropic: bool) -> None:
+    async def _clamp(self, body: dict[str, Any], raw: bytes, kind: str) -> None:
         """Shrink max_tokens to what the context leaves after the prompt, instead of a vLLM 400."""
-        field = "max_tokens" if anthropic or "max_completion_tokens" not in body else "max_completion_tokens"
+        anthropic = kind in ("messages", "count_tokens")
+        field = ("max_output_tokens" if kind == "responses" else
+                 "max_tokens" if anthropic or "max_completion_tokens" not in body else "max_completion_tokens")
         requested = body.get(field)
         context = self.max_context()
         if requested is None and self.max_tokens_cap is not None:
@@ -230,6 +241,11 @@ class FrontMiddleware:
             body[field] = requested = self.max_tokens_cap
         if requested + len(raw) + 256 <= context:
             return  # a prompt has fewer tokens than bytes (+ template): cannot overflow
+        if kind == "responses":
+            # Input items become chat messages only inside LiteLLM's bridge; counting them here would
+            # redo it. The relay clamps a continued call exactly; this bounds a first call by its bytes.
+            body[field] = min(requested, max(self.min_completion_tokens, context - len(raw) - 256))
+            return
         prompt = await self._prompt_tokens(body, anthropic)
         room = context - prompt
         if room < self.min_completion_tokens:

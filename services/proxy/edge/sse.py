@@ -1,4 +1,5 @@
-"""Finished answers re-emitted as server-sent events, in the OpenAI or the Anthropic shape.
+"""Finished answers re-emitted as server-sent events, in the OpenAI chat, OpenAI responses or
+Anthropic shape.
 
 The proxy calls replicas without streaming (so vLLM's token ids and logprobs survive, and no
 per-chunk work happens upstream) and streams the finished answer to clients that asked for a
@@ -80,3 +81,44 @@ def anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
     delta = {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")}
     yield _event({"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage.get("output_tokens", 0)}}, "message_delta")
     yield _event({"type": "message_stop"}, "message_stop")
+
+
+def responses_events(response: dict[str, Any]) -> Iterator[bytes]:
+    """A finished Responses object as the Responses API streams one: created, each output item added,
+    its text or arguments in one delta, done, then the terminal event (``response.completed``, or
+    ``response.incomplete`` / ``response.failed`` as the status says)."""
+    sequence = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal sequence
+        sequence += 1
+        return _event({"type": kind, "sequence_number": sequence - 1, **fields}, kind)
+
+    opening = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    yield event("response.created", response=opening)
+    yield event("response.in_progress", response=opening)
+    for index, item in enumerate(response.get("output") or []):
+        kind, item_id = item.get("type"), item.get("id")
+        if kind == "message":
+            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            for part_index, part in enumerate(item.get("content") or []):
+                where = {"item_id": item_id, "output_index": index, "content_index": part_index}
+                if part.get("type") != "output_text":
+                    yield event("response.content_part.added", **where, part=part)
+                    yield event("response.content_part.done", **where, part=part)
+                    continue
+                yield event("response.content_part.added", **where, part={**part, "text": ""})
+                yield event("response.output_text.delta", **where, delta=part.get("text", ""), logprobs=[])
+                yield event("response.output_text.done", **where, text=part.get("text", ""), logprobs=[])
+                yield event("response.content_part.done", **where, part=part)
+        elif kind == "function_call":
+            yield event("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+            arguments = item.get("arguments") or ""
+            yield event("response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=arguments)
+            yield event("response.function_call_arguments.done", item_id=item_id, output_index=index, arguments=arguments)
+        else:  # reasoning and future item types: whole
+            yield event("response.output_item.added", output_index=index, item=item)
+        yield event("response.output_item.done", output_index=index, item=item)
+    status = response.get("status")
+    terminal = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(str(status), "response.completed")
+    yield event(terminal, response=response)

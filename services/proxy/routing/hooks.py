@@ -1,4 +1,5 @@
-"""LiteLLM callbacks: ask vLLM for token ids and logprobs, pin trials to replicas, log every call.
+"""LiteLLM callbacks: ask vLLM for token ids and logprobs, pin trials to replicas, log every call
+(chat completions, Anthropic messages, and Responses calls by way of LiteLLM's chat bridge).
 
 ``async_pre_call_hook`` edits each request before routing; the success/failure events turn
 the call into a ``TrajectoryRecord`` for the writer thread and count it in the metrics.
@@ -23,8 +24,11 @@ from rlstack.proxy.relay.tokenin import TokenInUpstream
 from rlstack.proxy.routing.discovery import Discovery, ReplicaView
 
 log = logging.getLogger(__name__)
-REQUEST_KEYS = ("messages", "system", "tools", "tool_choice", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-                "top_k", "n", "stop", "stop_sequences", "thinking", "seed")
+REQUEST_KEYS = ("messages", "system", "input", "instructions", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
+                "max_output_tokens", "temperature", "top_p", "top_k", "n", "stop", "stop_sequences", "thinking", "reasoning", "seed")
+CALL_TYPES = {"completion": "openai", "acompletion": "openai", "anthropic_messages": "anthropic",
+              "responses": "responses", "aresponses": "responses"}
+"""The model calls made into records, and the dialect each speaks."""
 CONTEXT_TTL = 3600.0
 HEALTH_RUN = "rlstack-health"  # the proxy's own pings: served, counted, not logged as trajectories
 
@@ -51,12 +55,16 @@ class RLStackHooks(CustomLogger):
         """Per ``run/trial``, calls started here whose record is not yet with the writer."""
 
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):  # noqa: ANN001 - LiteLLM's signature
-        if call_type not in ("completion", "acompletion", "anthropic_messages"):
+        if call_type not in CALL_TYPES:
             return data
         meta = getattr(user_api_key_dict, "metadata", None) or {}
         run, trial = meta.get("rlstack_run", "default"), meta.get("rlstack_trial", "default")
         headers = (data.get("proxy_server_request") or {}).get("headers") or {}
-        api = "anthropic" if call_type == "anthropic_messages" else "openai"
+        api = CALL_TYPES[call_type]
+        if api == "responses":
+            # LiteLLM would pass a Responses call to vLLM's own /v1/responses, which returns no token
+            # ids; its bridge makes it a chat completion, which the relay keeps exact (and splices).
+            data["use_chat_completions_api"] = True
         call_id = data.get("litellm_call_id")
         if call_id and run != HEALTH_RUN:
             self._expire_old()

@@ -186,7 +186,7 @@ def short_body(url: str, key: str) -> list[str]:
     return problems
 
 
-LITELLM_ROUTES = ["/v1/completions", "/v1/responses", "/v1/embeddings", "/engines/policy/chat/completions",
+LITELLM_ROUTES = ["/v1/completions", "/v1/embeddings", "/engines/policy/chat/completions",
                   "/openai/deployments/policy/chat/completions", "/anthropic/v1/messages", "/key/generate", "/v1/realtime"]
 
 

@@ -31,7 +31,7 @@ async def echo(request: Request) -> JSONResponse:
 
 def call(path: str, body: dict | bytes, headers: dict | None = None, cap: int | None = None,
          authorize=None, replicas=("http://127.0.0.1:9",)) -> httpx.Response:  # noqa: ANN001
-    inner = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/messages")])
+    inner = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/messages", "/v1/responses")])
     app = FrontMiddleware(inner, "policy", lambda: list(replicas), lambda: 32768, 16, None, max_tokens_cap=cap, authorize=authorize)
 
     async def go() -> httpx.Response:
@@ -130,7 +130,7 @@ def test_a_key_with_non_ascii_characters_is_invalid_not_an_error():
 
 
 @pytest.mark.parametrize(("method", "path"), [
-    ("POST", "/v1/completions"), ("POST", "/v1/responses"), ("POST", "/v1/embeddings"), ("POST", "/engines/policy/chat/completions"),
+    ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("POST", "/engines/policy/chat/completions"),
     ("POST", "/openai/deployments/policy/chat/completions"), ("POST", "/anthropic/v1/messages"), ("POST", "/key/generate"),
     ("GET", "/model/info"), ("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/v1/chat/completions"),
     ("POST", "/trials/r/t/v1/completions"), ("POST", "/trials/r/t/anthropic/v1/messages"),
@@ -149,3 +149,40 @@ def test_litellm_routes_beyond_the_model_calls_are_closed(method, path):
 
     r = asyncio.run(go())
     assert r.status_code == 404 and "not served here" in r.text and not reached
+
+
+RESPONSES = {"model": "gpt-5-codex", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({**RESPONSES, "input": [{"type": "web_search_call", "id": "w1"}]}, "input.0.type"),
+    ({**RESPONSES, "input": [*RESPONSES["input"], {"type": "function_call", "call_id": "c1", "name": "shell"}]}, "input.1"),
+    ({**RESPONSES, "input": [{"role": "robot", "content": "hi"}]}, "input.0.role"),
+    ({**RESPONSES, "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({**RESPONSES, "input": []}, "input"),
+    ({**RESPONSES, "max_output_tokens": 0}, "max_output_tokens"),
+    ({**RESPONSES, "tools": [{"type": "function"}]}, "tools.0"),
+])
+def test_a_responses_call_of_the_wrong_shape_is_a_400_naming_the_field(body, field):
+    r = call("/v1/responses", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field and r.json()["error"]["message"].startswith(f"{field}:")
+
+
+def test_what_codex_sends_passes_and_reaches_litellm_as_the_served_model_under_the_cap():
+    body = {**RESPONSES, "instructions": "You are codex.", "store": False, "stream": False, "include": ["reasoning.encrypted_content"],
+            "reasoning": {"effort": "medium", "summary": "auto"}, "parallel_tool_calls": False, "tool_choice": "auto",
+            "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}, "strict": False},
+                      {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}}],
+            "input": [*RESPONSES["input"],
+                      {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None},
+                      {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{\"command\":[\"ls\"]}"},
+                      {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+                      {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+                      {"type": "custom_tool_call_output", "call_id": "c2", "output": "Done"},
+                      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}]}
+    seen = call("/v1/responses", body, cap=64).json()["seen"]
+    assert seen["model"] == "policy" and seen["max_output_tokens"] == 64 and seen["input"] == body["input"]
+    r = call("/v1/responses", {**RESPONSES, "model": "llama-3"})
+    assert r.status_code == 404 and "gpt-*" in r.json()["error"]["message"]
+    assert call("/v1/chat/completions", {**CHAT, "model": "gpt-5"}).status_code == 404  # OpenAI names: the Responses route only

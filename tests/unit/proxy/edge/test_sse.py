@@ -1,6 +1,6 @@
 import json
 
-from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks
+from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
 
 
 def parse(events: bytes) -> list[tuple[str | None, dict | str]]:
@@ -49,3 +49,27 @@ def test_anthropic_events_follow_the_documented_sequence():
 def test_lone_surrogates_from_half_characters_survive():
     answer = loads(b'{"content":[{"type":"text","text":"\\udcff!"}],"usage":{}}')
     assert b"\\udcff!" in b"".join(anthropic_events(answer))
+
+
+def test_responses_events_follow_the_documented_sequence():
+    response = {"id": "resp_1", "object": "response", "model": "policy", "status": "completed", "usage": {"output_tokens": 4},
+                "output": [{"type": "reasoning", "id": "rs_1", "summary": []},
+                           {"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": "ls", "annotations": []}]},
+                           {"type": "function_call", "id": "f1", "call_id": "c1", "name": "shell", "arguments": "{\"command\": [\"ls\"]}",
+                            "status": "completed"}]}
+    events = parse(b"".join(responses_events(response)))
+    assert [n for n, _ in events] == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed"]
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert events[0][1]["response"]["output"] == [] and events[0][1]["response"]["status"] == "in_progress"
+    assert events[6][1]["delta"] == "ls" and events[12][1]["arguments"] == '{"command": ["ls"]}'
+    assert events[-1][1]["response"] == response
+    cut = parse(b"".join(responses_events({**response, "status": "incomplete", "output": []})))
+    assert cut[-1][0] == "response.incomplete"
