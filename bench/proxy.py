@@ -12,7 +12,9 @@ everywhere so each ratio measures the hop, not vLLM's extra work. Cells:
 * multi-turn conversations at concurrency 1 (each turn resends the history, as agents do):
   added latency of a continued call with token-in (render, splice, generate, derender on the
   replica), without it (``--no-token-in``: LiteLLM's plain chat call) and through LiteLLM's bare
-  proxy, each against the same conversations sent to vLLM directly.
+  proxy, each against the same conversations sent to vLLM directly; and the same conversations
+  through the proxy's Responses API (``/v1/responses``, as codex sends them: input items, LiteLLM's
+  chat bridge, token-in), with the share of its continued calls that went out spliced.
 
     python bench/proxy.py [--requests 200] [--model models/tiny]
 
@@ -111,17 +113,24 @@ async def run_cell(port: int, path_prefix: str, n: int, concurrency: int, tokens
             "gen_tokens_per_s": generated / wall}
 
 
-async def run_conversations(port: int, prefix: str, conversations: int, turns: int, tokens: int, progress, task) -> dict:
-    """Conversations one after another, each turn resending the history; latency of the continued calls."""
+async def run_conversations(port: int, prefix: str, conversations: int, turns: int, tokens: int, progress, task,
+                            api: str = "chat") -> dict:
+    """Conversations one after another, each turn resending the history; latency of the continued calls.
+    ``api="responses"``: the same conversations as codex sends them (``/v1/responses``, input items)."""
     continued: list[float] = []
+    route = "/v1/responses" if api == "responses" else "/v1/chat/completions"
     async with RawHttpClient("127.0.0.1", port) as client:
         for c in range(conversations):
-            path = f"{prefix}-{c}/v1/chat/completions" if prefix else "/v1/chat/completions"
-            messages = [{"role": "system", "content": "You are an agent. Work in small steps."},
-                        {"role": "user", "content": f"Task {c}: list the files and count them."}]
+            path = f"{prefix}-{c}{route}" if prefix else route
+            system = "You are an agent. Work in small steps."
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": f"Task {c}: list the files and count them."}]
             for turn in range(turns):
-                request = {"model": "policy", "messages": messages, "max_tokens": tokens, "ignore_eos": True, "temperature": 1.0,
-                           "seed": 1000 * c + turn, "logprobs": True, "return_token_ids": True}
+                if api == "responses":
+                    request = {"model": "policy", "instructions": system, "input": messages[1:], "max_output_tokens": tokens,
+                               "temperature": 1.0, "store": False}
+                else:
+                    request = {"model": "policy", "messages": messages, "max_tokens": tokens, "ignore_eos": True, "temperature": 1.0,
+                               "seed": 1000 * c + turn, "logprobs": True, "return_token_ids": True}
                 start = time.perf_counter()
                 status, payload = await client.request("POST", path, orjson.dumps(request),
                                                        {"content-type": "application/json", "authorization": "Bearer sk-bench"})
@@ -129,9 +138,13 @@ async def run_conversations(port: int, prefix: str, conversations: int, turns: i
                     raise RuntimeError(f"HTTP {status}: {payload[:300]!r}")
                 if turn:
                     continued.append(time.perf_counter() - start)
-                reply = orjson.loads(payload)["choices"][0]["message"]
-                messages += [{"role": "assistant", "content": reply.get("content") or ""},
-                             {"role": "user", "content": f"Observation {turn}: a.txt b.txt c.txt"}]
+                answer = orjson.loads(payload)
+                if api == "responses":
+                    messages += [*answer["output"], {"role": "user", "content": f"Observation {turn}: a.txt b.txt c.txt"}]
+                else:
+                    reply = answer["choices"][0]["message"]
+                    messages += [{"role": "assistant", "content": reply.get("content") or ""},
+                                 {"role": "user", "content": f"Observation {turn}: a.txt b.txt c.txt"}]
                 progress.advance(task)
     continued.sort()
     return {"continued_p50_ms": 1000 * statistics.median(continued), "continued_p99_ms": percentile_ms(continued, 0.99)}
@@ -207,6 +220,11 @@ def main() -> None:
                 task = progress.add_task(f"{side} multi-turn", total=args.conversations * args.turns)
                 results.setdefault("multi_turn_c1", {})[side] = asyncio.run(
                     run_conversations(port, prefix, args.conversations, args.turns, 8, progress, task))
+            task = progress.add_task("proxy_responses multi-turn", total=args.conversations * args.turns)
+            results["multi_turn_c1"]["proxy_responses"] = asyncio.run(run_conversations(
+                proxy_port, "/trials/bench/rs", args.conversations, args.turns, 8, progress, task, api="responses"))
+            responses = [r for c in range(args.conversations) for r in read_trajectory(tmp_path / "trials" / "bench" / f"rs-{c}")]
+            responses_spliced = sum(r.splice is not None for r in responses) / max(1, args.conversations * (args.turns - 1))
             records = [r for c in range(args.conversations) for r in read_trajectory(tmp_path / "trials" / "bench" / f"mt-{c}")]
             spliced_share = sum(r.splice is not None for r in records) / max(1, args.conversations * (args.turns - 1))
             repaired = sum(r.splice is not None and not r.splice.rerendered_exact for r in records)
@@ -224,8 +242,9 @@ def main() -> None:
         "proxy_vs_direct_req_per_s": round(over["proxy"]["req_per_s"] / over["direct"]["req_per_s"], 3),
     }
     mt = results["multi_turn_c1"]
-    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare"):
+    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare", "proxy_responses"):
         headline[f"continued_call_added_p50_ms_{side}"] = round(mt[side]["continued_p50_ms"] - mt["direct"]["continued_p50_ms"], 1)
+    headline["responses_spliced_share"] = round(responses_spliced, 3)
     headline["token_in_vs_no_token_in_continued_p50"] = round(mt["proxy_token_in"]["continued_p50_ms"] / mt["proxy_no_token_in"]["continued_p50_ms"], 3)
     headline["token_in_spliced_share"] = round(spliced_share, 3)
     headline["token_in_repaired_calls"] = repaired
@@ -238,8 +257,9 @@ def main() -> None:
         summary.add_row(f"calls/s at concurrency 16: {side}", f"{over[side]['req_per_s']:.1f}")
     summary.add_row("rlstack proxy / LiteLLM bare proxy", f"{headline['proxy_vs_litellm_bare_req_per_s']:.2f}")
     summary.add_row("2 workers / 1 worker", f"{headline['two_workers_vs_one_req_per_s']:.2f}")
-    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare"):
+    for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare", "proxy_responses"):
         summary.add_row(f"continued call, added p50 vs direct: {side}", f"{headline[f'continued_call_added_p50_ms_{side}']:.1f} ms")
+    summary.add_row("Responses API continued calls spliced", f"{headline['responses_spliced_share']:.2f}")
     summary.add_row("continued calls spliced / repaired (drift token-in fixed)",
                     f"{headline['token_in_spliced_share']:.2f} / {headline['token_in_repaired_calls']}")
     Console().print(summary)

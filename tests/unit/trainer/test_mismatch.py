@@ -54,3 +54,13 @@ def test_step_counts_only_rows_sampled_by_the_current_weights():
     stats = grpo_step(model, opt, to_tensors([old, current]), GRPOLossConfig(), current_version=4)
     assert stats.mismatch is not None and stats.mismatch.tokens == 4  # the version-4 group's two trained tokens per row
     assert grpo_step(model, opt, to_tensors([old]), GRPOLossConfig(), current_version=4).mismatch is None
+
+
+def test_float_noise_reads_as_a_tiny_positive_kl_not_a_negative_one():
+    """exp(d) - d - 1 in float32 cancels to <= 0 at d ~ 1e-7 (a float32 replica's noise): a run
+    reported a mean KL of -2.9e-10. The figure is d^2 / 2 there."""
+    acc = MismatchAccumulator()
+    d = torch.tensor([[3e-7, -2e-7, 1e-6]])
+    acc.add(d, torch.zeros_like(d), torch.ones_like(d, dtype=torch.bool))
+    expected = float((d.double() ** 2 / 2).mean())
+    assert acc.result().kl == pytest.approx(expected, rel=1e-3) and acc.result().kl > 0
