@@ -3,7 +3,8 @@
 One replica (tiny model on CPU) serves every side, with logprobs and token ids asked for
 everywhere so each ratio measures the hop, not vLLM's extra work. Cells:
 
-* added latency per call at concurrency 1 (p50, p99): proxy minus direct;
+* added latency per call at concurrency 1 (p50, p99): proxy minus direct; and what one read of the
+  replica's weight-version label costs (the relay makes two around each one-hop call);
 * calls/s of one proxy process against LiteLLM's bare proxy (same LiteLLM, no rlstack layers):
   the cost of our auth, hooks, front layer and trajectory logger;
 * calls/s of ``--workers 2`` against one worker (LiteLLM's per-call CPU work is the limit);
@@ -150,6 +151,21 @@ async def run_conversations(port: int, prefix: str, conversations: int, turns: i
     return {"continued_p50_ms": 1000 * statistics.median(continued), "continued_p99_ms": percentile_ms(continued, 0.99)}
 
 
+async def label_reads(port: int, n: int) -> dict:
+    """What a one-hop call pays for its sampling versions: the relay reads the replica's weight-version
+    label (``GET /weight_info``) before and after it. Timed here alone, on the same replica."""
+    times: list[float] = []
+    async with RawHttpClient("127.0.0.1", port) as client:
+        for _ in range(n):
+            start = time.perf_counter()
+            status, payload = await client.request("GET", "/weight_info", b"", {})
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}: {payload[:300]!r}")
+            times.append(time.perf_counter() - start)
+    times.sort()
+    return {"p50_ms": 1000 * statistics.median(times), "p99_ms": percentile_ms(times, 0.99)}
+
+
 def percentile_ms(latencies: list[float], q: float) -> float:
     return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
 
@@ -206,6 +222,7 @@ def main() -> None:
             # Warm every side (first calls pay lazy imports), then measure.
             cell("warm-up", [direct, ours, bare, two], 4, 8, False, 16)
             results.pop("warm-up")
+            results["label_read"] = {"direct": asyncio.run(label_reads(vllm_port, 200))}
             cell("c1_8tok_plain", [direct, ours], 1, 8, False, max(20, args.requests // 2))
             cell("overhead_c16_8tok_plain", [direct, bare, ours, two], 16, 8, False, args.requests)
             for concurrency in args.concurrency:
@@ -245,6 +262,7 @@ def main() -> None:
     for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare", "proxy_responses"):
         headline[f"continued_call_added_p50_ms_{side}"] = round(mt[side]["continued_p50_ms"] - mt["direct"]["continued_p50_ms"], 1)
     headline["responses_spliced_share"] = round(responses_spliced, 3)
+    headline["version_label_read_p50_ms"] = round(results["label_read"]["direct"]["p50_ms"], 2)
     headline["token_in_vs_no_token_in_continued_p50"] = round(mt["proxy_token_in"]["continued_p50_ms"] / mt["proxy_no_token_in"]["continued_p50_ms"], 3)
     headline["token_in_spliced_share"] = round(spliced_share, 3)
     headline["token_in_repaired_calls"] = repaired
@@ -260,6 +278,7 @@ def main() -> None:
     for side in ("proxy_token_in", "proxy_no_token_in", "litellm_bare", "proxy_responses"):
         summary.add_row(f"continued call, added p50 vs direct: {side}", f"{headline[f'continued_call_added_p50_ms_{side}']:.1f} ms")
     summary.add_row("Responses API continued calls spliced", f"{headline['responses_spliced_share']:.2f}")
+    summary.add_row("version label read (a one-hop call makes two), p50", f"{headline['version_label_read_p50_ms']:.2f} ms")
     summary.add_row("continued calls spliced / repaired (drift token-in fixed)",
                     f"{headline['token_in_spliced_share']:.2f} / {headline['token_in_repaired_calls']}")
     Console().print(summary)
