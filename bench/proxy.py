@@ -287,7 +287,7 @@ def main() -> None:
     for col in ("cell", "direct req/s", "proxy req/s", "direct p50/p99 ms", "proxy p50/p99 ms", "direct tok/s", "proxy tok/s", "tok/s ratio"):
         table.add_column(col, justify="right")
     for name, sides in results.items():
-        if name.startswith(("c1_", "overhead_", "multi_turn")):
+        if name.startswith(("c1_", "overhead_", "multi_turn", "label_read")):
             continue
         d, p = sides["direct"], sides["proxy"]
         ratio = p["gen_tokens_per_s"] / d["gen_tokens_per_s"]
