@@ -25,7 +25,7 @@ from rlstack.common.contracts.atropos import EnvRegistration
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.rollout import build_group, completion_parts, sampling_versions
+from rlstack.envs.rollout import build_group, completion_parts
 from rlstack.envs.tasks import build_task
 
 log = logging.getLogger(__name__)
@@ -138,10 +138,11 @@ class EnvRunner:
         self.recent_rewards.extend(scores)
         self.metrics.rollouts.labels(self.s.name).inc(len(scores))
         self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
-        # The replica's own versions ride on each choice; the registry's lagging view only labels a
-        # response that lacks them (a proxy without its relay).
-        fallback = None if sampling_versions(response) is not None else await self.weight_version()
-        group = build_group(response, scores, fallback)
+        group = build_group(response, scores)
+        if "weight_version" not in group:  # no versions on the choices (a proxy without its relay): the registry's view
+            version = await self.weight_version()
+            if version is not None:
+                group["weight_version"] = version
         group["env_id"] = self.env_id
         return group
 

@@ -126,6 +126,8 @@ class TokenInUpstream:
         try:
             if body.get("stream"):  # --stream-mode litellm: vLLM's events, passed through as they come
                 return await self._stream(request, base, raw, body, call_id)
+            if not call_id:  # the proxy's own health pings: no record, so no versions to learn
+                return _json(await self._post(f"{base}/v1/chat/completions", raw))
             if not trial or (body.get("n") or 1) != 1:
                 answer, sampled = await self._one_hop(base, raw, body)
                 self._note(call_id, CallOutcome(None, None, versions=sampled))
