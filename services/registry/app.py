@@ -26,7 +26,7 @@ def build_app(settings: RegistrySettings) -> FastAPI:
     registry = CollectorRegistry()
     client = async_client(timeout=settings.probe_timeout_seconds)
     api_key = settings.probe_api_key.get_secret_value() if settings.probe_api_key else None
-    table = EndpointTable(settings.default_ttl_seconds)
+    table = EndpointTable(settings.default_ttl_seconds, settings.probe_failure_threshold)
     svc = RegistryService(settings, table, Prober(table, client, api_key))
     registry.register(RegistryCollector(svc))
     supervisor = Supervisor("registry", settings.failure_exit_delay_seconds)

@@ -19,6 +19,9 @@ class RegistrySettings(ServiceSettings):
     """How often each endpoint's /v1/models is checked."""
     probe_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     """Time allowed for one probe."""
+    probe_failure_threshold: int = Field(default=3, ge=1, le=100)
+    """Timed-out or 5xx probes in a row that take a ready endpoint out of routing (a refused
+    connection or a missing model takes it out at once), like a readinessProbe's failureThreshold."""
     probe_api_key: SecretStr | None = None
     """Bearer key the replicas expect (vLLM --api-key)."""
     max_endpoints: int = Field(default=256, ge=1, le=100_000)

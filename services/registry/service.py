@@ -80,8 +80,8 @@ class RegistryService:
     async def _probe_one(self, endpoint_id: str) -> None:
         entry = self.table.get(endpoint_id)
         if entry is not None:
-            ready, error = await self.prober.probe(entry)
-            self.table.record_probe(endpoint_id, ready, error, time.time())
+            ready, error, transient = await self.prober.probe(entry)
+            self.table.record_probe(endpoint_id, ready, error, time.time(), transient)
 
     async def probe_loop(self) -> None:
         while True:

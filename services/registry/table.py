@@ -12,10 +12,13 @@ from rlstack.common.weight_versions import serves
 
 
 class EndpointTable:
-    def __init__(self, default_ttl: float) -> None:
+    def __init__(self, default_ttl: float, failure_threshold: int = 1) -> None:
         self.default_ttl = default_ttl
+        self.failure_threshold = failure_threshold
+        """Transient probe failures in a row that take a ready endpoint out of routing."""
         self.revision = 0
         self._endpoints: dict[str, Endpoint] = {}
+        self._failures: dict[str, int] = {}
         self._changed = asyncio.Event()
         self.expired_total = 0
 
@@ -50,6 +53,7 @@ class EndpointTable:
         return entry
 
     def remove(self, endpoint_id: str) -> bool:
+        self._failures.pop(endpoint_id, None)
         if self._endpoints.pop(endpoint_id, None) is None:
             return False
         self._bump()
@@ -59,6 +63,7 @@ class EndpointTable:
         gone = [eid for eid, e in self._endpoints.items() if e.expires_at <= now]
         for eid in gone:
             del self._endpoints[eid]
+            self._failures.pop(eid, None)
         if gone:
             self.expired_total += len(gone)
             self._bump()
@@ -83,10 +88,20 @@ class EndpointTable:
             self._bump()
         return entry
 
-    def record_probe(self, endpoint_id: str, ready: bool, error: str | None, now: float) -> None:
+    def record_probe(self, endpoint_id: str, ready: bool, error: str | None, now: float, transient: bool = False) -> None:
+        """A transient failure (a slow or 5xx answer) takes a ready endpoint out only at the threshold.
+
+        A replica busy with long generations can miss one probe's deadline while serving well;
+        dropping it from routing for that turns load into 503s. A refused connection or a model
+        missing from the list is no sign of load, and acts at once.
+        """
         entry = self._endpoints.get(endpoint_id)
         if entry is None:
             return  # removed while the probe was in flight
+        failures = 0 if ready else self._failures.get(endpoint_id, 0) + 1
+        self._failures[endpoint_id] = failures
+        if transient and entry.ready and failures < self.failure_threshold:
+            ready = True  # still in routing; probe_error says what was seen
         if entry.quarantine is not None:
             ready, error = False, f"quarantined: {entry.quarantine}"
         changed = entry.ready != ready

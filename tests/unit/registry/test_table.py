@@ -97,3 +97,29 @@ def test_a_restarted_server_leaves_quarantine():
 
 def test_quarantine_of_an_unknown_endpoint_is_none():
     assert EndpointTable(default_ttl=10).quarantine("nope", "x") is None
+
+
+def test_a_slow_probe_keeps_a_ready_replica_until_the_threshold_and_a_refusal_acts_at_once():
+    table = EndpointTable(default_ttl=10, failure_threshold=3)
+    table.upsert("a", reg(), now=0)
+    table.record_probe("a", True, None, now=1)
+    table.record_probe("a", False, "ReadTimeout", now=2, transient=True)
+    table.record_probe("a", False, "GET /v1/models returned 503", now=3, transient=True)
+    assert table.get("a").ready and table.get("a").probe_error == "GET /v1/models returned 503"
+    table.record_probe("a", True, None, now=4)  # an answer in time resets the count
+    for t in (5, 6):
+        table.record_probe("a", False, "ReadTimeout", now=t, transient=True)
+    assert table.get("a").ready
+    table.record_probe("a", False, "ReadTimeout", now=7, transient=True)
+    assert not table.get("a").ready  # the third in a row
+    table.record_probe("a", True, None, now=8)
+    assert table.get("a").ready
+    table.record_probe("a", False, "ConnectError: refused", now=9)
+    assert not table.get("a").ready  # nothing listening: no grace
+
+
+def test_transient_failures_never_make_a_new_endpoint_ready():
+    table = EndpointTable(default_ttl=10, failure_threshold=3)
+    table.upsert("a", reg(), now=0)
+    table.record_probe("a", False, "ReadTimeout", now=1, transient=True)
+    assert not table.get("a").ready
