@@ -1,9 +1,9 @@
 """The agents an agent env can run, as ``AgentSpec``s, and the environment that points each at
 its trial's proxy URL with its trial key.
 
-Both shipped agents are installed before any trial starts (the built-in one is this package;
-claude-code is a pinned npm install, ``make setup-claude-code``, or the image): a trial never
-downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
+The shipped agents are installed before any trial starts (the built-in one is this package;
+claude-code and codex are pinned npm installs, ``make setup-claude-code setup-codex``, or the
+image): a trial never downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
 """
 
 from __future__ import annotations
@@ -77,6 +77,48 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN) -> AgentSpec:
     return AgentSpec(name="claude-code", command=command,
                      env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
                           "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"})
+
+
+CODEX_VERSION = "0.171.0"
+"""The pinned @openai/codex release (a Rust binary in the npm package; its requests measured in docs/agent-trials.md)."""
+CODEX_BIN = Path(".cache/codex/node_modules/.bin/codex")
+CODEX_MODEL = "gpt-5-codex"
+"""The name codex asks for: the proxy maps OpenAI names onto the policy on its Responses route only."""
+CODEX_INSTRUCTIONS = CLAUDE_CODE_SYSTEM_PROMPT
+"""Replaces codex's base instructions (~4k tokens of its own product's manual)."""
+CODEX_DISABLED_FEATURES = ("plugins", "apps", "multi_agent", "goals", "view_image", "image_generation", "skill_search")
+"""Tools and prompt sections a trial has no use for: together with the flags below they take
+codex's first request from 39 kB (12 tools) to 3 kB (``exec_command``, ``write_stdin``)."""
+CODEX_LAUNCH = (
+    # codex has no environment variable for a provider's base URL, and a trial's URL is known
+    # only in the sandbox's environment: a shell expands it; the instructions file is written
+    # where the trial's HOME is (codex reads base instructions only from a file).
+    'printf "%s\\n" "$RLSTACK_CODEX_INSTRUCTIONS" > "$HOME/rlstack-codex-instructions.md" && '
+    'exec "$0" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --ephemeral --color never '
+    '-m "$RLSTACK_CODEX_MODEL" -c model_provider=rlstack -c model_providers.rlstack.name=rlstack '
+    '-c "model_providers.rlstack.base_url=$OPENAI_BASE_URL" -c model_providers.rlstack.env_key=OPENAI_API_KEY '
+    '-c model_providers.rlstack.wire_api=responses -c "model_instructions_file=$HOME/rlstack-codex-instructions.md" '
+    '-c include_permissions_instructions=false -c include_environment_context=false '
+    '-c skills.include_instructions=false -c tools.experimental_request_user_input.enabled=false '
+    '-c tools.update_plan.enabled=false $RLSTACK_CODEX_DISABLE -- "$1"'
+)
+
+
+def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
+    """codex in ``exec`` mode on its Responses API, through the trial's proxy prefix.
+
+    A custom provider (``wire_api=responses``) points it at the proxy with the trial key; the
+    flags drop the tools and prompt sections a trial never uses (measured in docs/agent-trials.md);
+    ``--dangerously-bypass-approvals-and-sandbox`` because the trial's sandbox is the sandbox
+    (codex's own landlock/seccomp layer cannot nest in it); ``--ephemeral`` keeps no session files.
+    """
+    if not binary.exists():
+        raise FileNotFoundError(f"codex is not installed at {binary}: run `make setup-codex` "
+                                f"(npm @openai/codex@{CODEX_VERSION})")
+    disable = " ".join(f"--disable {feature}" for feature in CODEX_DISABLED_FEATURES)
+    return AgentSpec(name="codex", command=["/bin/sh", "-c", CODEX_LAUNCH, str(binary.resolve()), INSTRUCTION_PLACEHOLDER],
+                     env={"RLSTACK_CODEX_INSTRUCTIONS": CODEX_INSTRUCTIONS, "RLSTACK_CODEX_MODEL": CODEX_MODEL,
+                          "RLSTACK_CODEX_DISABLE": disable, "NO_COLOR": "1"})
 
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

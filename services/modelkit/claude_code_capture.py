@@ -1,5 +1,5 @@
-"""Drive the real claude-code CLI through the real proxy with the scripted teacher behind it, and
-keep what claude-code really sent: the claude-code warm-start corpus.
+"""Drive a real agent CLI (claude-code or codex) through the real proxy with the scripted teacher
+behind it, and keep what the agent really sent: its demo policy's warm-start corpus.
 
 One real registry and one real proxy (LiteLLM, ``.venv-proxy``) as processes; the teacher
 (``teacher.py``) served on loopback and registered like a vLLM replica; each generated task run
@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import uvicorn
@@ -25,7 +26,8 @@ from pydantic import BaseModel, Field
 from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceProcess, start_process
-from rlstack.episodes.agents import CLAUDE_CODE_BIN, claude_code_agent, trial_env
+from rlstack.episodes.agents import CLAUDE_CODE_BIN, CODEX_BIN, claude_code_agent, codex_agent, trial_env
+from rlstack.episodes.trials.records import AgentSpec
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.harbor.make_tasks import TaskSpec, write_task
 from rlstack.episodes.sandboxes import build_sandbox
@@ -44,8 +46,15 @@ class CaptureSpec(BaseModel):
     concurrency: int = Field(default=4, ge=1, le=32)
     """Trials at once (each a claude-code process of ~200 MB)."""
     agent_timeout_sec: float = Field(default=120, gt=0)
-    claude_bin: Path = CLAUDE_CODE_BIN
+    agent: Literal["claude-code", "codex"] = "claude-code"
+    agent_bin: Path | None = None
+    """The agent's binary; the pinned npm install when unset."""
     served_model_name: str = SERVED_MODEL_NAME
+
+    def agent_spec(self) -> AgentSpec:
+        if self.agent == "codex":
+            return codex_agent(self.agent_bin or CODEX_BIN)
+        return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN)
 
 
 class CaptureResult(BaseModel):
@@ -96,7 +105,7 @@ def _service(name: str, args: list[str], logs: Path, python: Path | str, timeout
 
 
 async def _trials(tasks_dir: Path, trials_dir: Path, proxy_url: str, spec: CaptureSpec) -> dict[str, tuple[str, float | None]]:
-    agent = claude_code_agent(spec.claude_bin)
+    agent = spec.agent_spec()
     sandbox = build_sandbox(LocalSandboxConfig())
     sandbox.check()
     dataset = load_dataset(tasks_dir)
@@ -116,7 +125,7 @@ async def _trials(tasks_dir: Path, trials_dir: Path, proxy_url: str, spec: Captu
 
 
 def capture(tasks: list[TaskSpec], out: Path, spec: CaptureSpec | None = None) -> CaptureResult:
-    """Run every task once with claude-code and the teacher; write ``exchanges.jsonl`` and ``capture.json``."""
+    """Run every task once with the agent and the teacher; write ``exchanges.jsonl`` and ``capture.json``."""
     spec = spec or CaptureSpec()
     if not PROXY_PYTHON.exists():
         raise FileNotFoundError(f"no {PROXY_PYTHON}: run `make setup-proxy`")

@@ -28,8 +28,9 @@ from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
-"""The teacher's last turn: a plain answer with no tool call, which ends claude-code's loop."""
-BASH = "Bash"
+"""The teacher's last turn: a plain answer with no tool call, which ends the agent's loop."""
+SHELL_TOOLS = {"Bash": "command", "exec_command": "cmd"}
+"""Each agent's shell tool and the argument holding the command line: claude-code's, codex's."""
 
 
 def _family(spec: TaskSpec) -> str:
@@ -108,9 +109,12 @@ class Teacher:
         else:
             done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
             commands = reference_commands(spec, "\n".join(message_text(m) for m in messages))
-            if done < len(commands):
+            offered = {t.get("function", {}).get("name") for t in body["tools"]}
+            shell = next((name for name in SHELL_TOOLS if name in offered), None)
+            if shell is not None and done < len(commands):
+                arguments = json.dumps({SHELL_TOOLS[shell]: commands[done]}, ensure_ascii=False)
                 call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
-                        "function": {"name": BASH, "arguments": json.dumps({"command": commands[done]}, ensure_ascii=False)}}
+                        "function": {"name": shell, "arguments": arguments}}
                 message = {"role": "assistant", "content": None, "tool_calls": [call]}
             else:
                 message = {"role": "assistant", "content": FINAL_TEXT}

@@ -27,7 +27,7 @@ DEFAULT_FIRST_PROMPT_TOKENS = 26_885
 
 def test_claude_code_runs_the_teachers_tool_calls_through_the_proxy(claude_bin, tiny_model, tmp_path):
     tasks = [t for t in generate(7, seed=1000) if t.name.startswith(("sum-numbers", "fix"))]
-    result = capture(tasks, tmp_path, CaptureSpec(concurrency=2, claude_bin=Path(claude_bin)))
+    result = capture(tasks, tmp_path, CaptureSpec(concurrency=2, agent_bin=Path(claude_bin)))
     assert result.ok == 2 and result.solved == 2, result.statuses
 
     threads = conversations(load_exchanges(tmp_path / "exchanges.jsonl"))
