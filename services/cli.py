@@ -153,12 +153,12 @@ def cmd_make_agent_demo(args: argparse.Namespace) -> int:
 def cmd_make_claude_code_demo(args: argparse.Namespace) -> int:
     """The tiny model warm-started on claude-code's own requests (captured through the proxy with the
     scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=claude-code` trains."""
-    from rlstack.modelkit import claude_code_demo as demo
+    from rlstack.modelkit import cli_agent_demo as demo
 
-    spec = demo.ClaudeCodeDemoSpec(capture_tasks=args.capture_tasks, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
+    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
     write_training_tasks(args)
     return built_once(args.out, "claude-code demo model", args.force, demo.is_built(args.out),
-                      lambda: demo.build_claude_code_demo(args.out, args.capture_dir, spec))
+                      lambda: demo.build_cli_agent_demo(args.out, args.capture_dir, spec))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

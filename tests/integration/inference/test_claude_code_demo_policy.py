@@ -25,8 +25,8 @@ from rlstack.episodes.sandboxes import build_sandbox
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.trials.records import TrialSpec
 from rlstack.episodes.trials.run import run_trial
-from rlstack.modelkit.claude_code_corpus import load_exchanges, render_prompt
-from rlstack.modelkit.claude_code_demo import ClaudeCodeDemoSpec, build_claude_code_demo
+from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
+from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
 from tests.conftest import PROXY_PYTHON, start_service
 from tests.integration.inference.conftest import ReplicaHandle, start_replica
 
@@ -38,10 +38,10 @@ SERVED = "cc-demo"
 def demo_model(tmp_path_factory, claude_bin) -> tuple[Path, Path]:
     """Two tasks captured with the teacher, learnt by heart (the policy need not generalise here)."""
     root = tmp_path_factory.mktemp("cc-demo")
-    spec = ClaudeCodeDemoSpec(capture_tasks=2, capture_concurrency=2, max_position_embeddings=32768, steps=120,
+    spec = CliAgentDemoSpec(capture_tasks=2, capture_concurrency=2, max_position_embeddings=32768, steps=120,
                               tokenizer_prose_bytes=300_000,
                               batch_size=2, lr=3e-3, max_seconds=900)
-    record = build_claude_code_demo(root / "model", root / "capture", spec, progress=False)
+    record = build_cli_agent_demo(root / "model", root / "capture", spec, progress=False)
     assert record["conversations"] == 2 and record["thread_breaks"] == 0
     return root / "model", root / "capture"
 

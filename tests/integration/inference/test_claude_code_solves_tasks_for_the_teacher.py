@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 
 from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.claude_code_capture import CaptureSpec, capture
-from rlstack.modelkit.claude_code_corpus import (
+from rlstack.modelkit.agent_capture import CaptureSpec, capture
+from rlstack.modelkit.agent_corpus import (
     TEMPLATE,
     conversations,
     load_exchanges,

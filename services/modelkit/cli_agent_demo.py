@@ -1,12 +1,12 @@
 """Build the claude-code demo policy: tokenizer and tiny model made here, warm-started on what
 the real claude-code CLI sent while the scripted teacher solved generated tasks.
 
-1. capture (``claude_code_capture.py``): claude-code, the proxy and the teacher on generated
+1. capture (``agent_capture.py``): claude-code, the proxy and the teacher on generated
    tasks of a seed disjoint from the training tasks; skipped when the capture exists;
 2. the tokenizer is trained on the usual corpus plus the rendered conversations, so claude-code's
    system prompt and tool schemas take few tokens;
 3. supervised warm start on the conversations, each call rendered as vLLM renders it
-   (``claude_code_corpus.py``): prompts masked, the teacher's turns trained.
+   (``agent_corpus.py``): prompts masked, the teacher's turns trained.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 
 from rlstack.episodes.harbor.make_tasks import FAMILIES, generate
 from rlstack.modelkit.agent_warm_start import _batch
-from rlstack.modelkit.claude_code_capture import CaptureSpec, capture
-from rlstack.modelkit.claude_code_corpus import (
+from rlstack.modelkit.agent_capture import CaptureSpec, capture
+from rlstack.modelkit.agent_corpus import (
     TEMPLATE,
     conversations,
     encode,
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 RECORD = "rlstack-claude-code-warm-start.json"
 
 
-class ClaudeCodeDemoSpec(BaseModel):
+class CliAgentDemoSpec(BaseModel):
     capture_tasks: int = Field(default=84, ge=1)
     """Generated tasks claude-code solves with the teacher (all families in turn)."""
     capture_seed: int = 1000
@@ -73,7 +73,7 @@ def complete(threads: list[list[dict]]) -> list[list[dict]]:
     return [t for t in threads if t[-1]["response"].get("content") == FINAL_TEXT]
 
 
-def build_claude_code_demo(out: Path, capture_dir: Path, spec: ClaudeCodeDemoSpec, progress: bool = True) -> dict:
+def build_cli_agent_demo(out: Path, capture_dir: Path, spec: CliAgentDemoSpec, progress: bool = True) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.monotonic()

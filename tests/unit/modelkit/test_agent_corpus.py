@@ -1,6 +1,6 @@
 """The scripted teacher's answers and the claude-code corpus built from its record.
 
-``data/claude_code_exchanges.jsonl`` is a real capture (``claude_code_capture.capture``: the
+``data/claude_code_exchanges.jsonl`` is a real capture (``agent_capture.capture``: the
 claude-code CLI through the real proxy, two generated tasks, both solved): what LiteLLM
 forwarded upstream and what the teacher answered.
 """
@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.episodes.harbor.make_tasks import BUGS, generate
-from rlstack.modelkit.claude_code_corpus import (
+from rlstack.modelkit.agent_corpus import (
     TEMPLATE,
     as_vllm_renders,
     conversations,
