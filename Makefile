@@ -12,7 +12,7 @@ PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
+.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -98,6 +98,15 @@ setup-claude-code: .cache/claude-code/node_modules/.bin/claude
 	@command -v npm >/dev/null || ( echo "npm is needed for claude-code (Debian: apt-get install npm)"; exit 1 )
 	npm install --no-fund --no-audit --prefix .cache/claude-code @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 
+# codex, the real npm CLI at the pinned version (a Rust binary in the package; it speaks only the
+# Responses API, which the proxy serves), for agent trials.
+CODEX_VERSION := 0.171.0
+setup-codex: .cache/codex/node_modules/.bin/codex
+
+.cache/codex/node_modules/.bin/codex:
+	@command -v npm >/dev/null || ( echo "npm is needed for codex (Debian: apt-get install npm)"; exit 1 )
+	npm install --no-fund --no-audit --prefix .cache/codex @openai/codex@$(CODEX_VERSION)
+
 # mini-swe-agent (PyPI) in its own environment: a third-party scaffold the tests run by command
 # (--agent-command), through the proxy, as any agent that honours OPENAI_BASE_URL would run.
 # LiteLLM's SDK (1.106.2, as the proxy's) imports `mcp` whenever a call has tools, but only its
@@ -110,7 +119,7 @@ setup-mini-swe-agent: .venv-mini/.installed
 	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)' 'litellm==1.106.2' 'mcp==2.3.0'
 	@touch $@
 
-test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-mini-swe-agent
+test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-mini-swe-agent
 	$(VENV)/bin/ruff check services tests bench k8s
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
@@ -125,14 +134,15 @@ run: setup
 
 # The agent job: the demo model warm-started on tool-call transcripts, generated Harbor tasks,
 # then GRPO on trials of the built-in agent in bubblewrap sandboxes (docs/agent-trials.md).
-# AGENT=claude-code: the real claude-code CLI instead of the built-in agent (docs/agent-trials.md).
+# AGENT=claude-code or AGENT=codex: that real CLI instead of the built-in agent, on its own demo
+# policy (docs/agent-trials.md).
 AGENT ?= builtin
 # SEED=N seeds the env server's task order and the trainer (a run per seed: runs/agent-*).
 SEED ?= 0
-run-agent: setup setup-sandbox $(if $(filter claude-code,$(AGENT)),setup-claude-code)
-ifeq ($(AGENT),claude-code)
-	$(VENV)/bin/rlstack make-claude-code-demo --out models/claude-code-demo --tasks-out data/claude-code-tasks
-	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-claude-code.yaml
+run-agent: setup setup-sandbox $(if $(filter claude-code codex,$(AGENT)),setup-$(AGENT))
+ifneq ($(filter claude-code codex,$(AGENT)),)
+	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT)
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-$(AGENT).yaml
 else
 	$(VENV)/bin/rlstack make-agent-demo --out models/agent-demo --tasks-out data/agent-tasks
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent.yaml

@@ -150,15 +150,18 @@ def cmd_make_agent_demo(args: argparse.Namespace) -> int:
     return built_once(args.out, "agent demo model", args.force, tiny_model_with(args.out, "rlstack-agent-warm-start.json"), build)
 
 
-def cmd_make_claude_code_demo(args: argparse.Namespace) -> int:
-    """The tiny model warm-started on claude-code's own requests (captured through the proxy with the
-    scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=claude-code` trains."""
+def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
+    """The tiny model warm-started on a CLI agent's own requests (captured through the proxy with the
+    scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=<agent>` trains."""
     from rlstack.modelkit import cli_agent_demo as demo
 
+    args.out = args.out or Path(f"models/{args.agent}-demo")
+    args.tasks_out = args.tasks_out or Path(f"data/{args.agent}-tasks")
+    capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")
     spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
     write_training_tasks(args)
-    return built_once(args.out, "claude-code demo model", args.force, demo.is_built(args.out),
-                      lambda: demo.build_cli_agent_demo(args.out, args.capture_dir, spec))
+    return built_once(args.out, f"{args.agent} demo model", args.force, demo.is_built(args.out),
+                      lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -317,13 +320,14 @@ def main(argv: list[str] | None = None) -> None:
     agent.add_argument("--seed", type=int, default=0)
     agent.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
     agent.set_defaults(func=cmd_make_agent_demo)
-    ccd = sub.add_parser("make-claude-code-demo", help="tiny model warm-started on claude-code's captured requests, and "
-                                                        "generated tasks (what `make run-agent AGENT=claude-code` trains)")
-    ccd.add_argument("--out", type=Path, default=Path("models/claude-code-demo"))
-    ccd.add_argument("--tasks-out", type=Path, default=Path("data/claude-code-tasks"))
-    ccd.add_argument("--capture-dir", type=Path, default=Path("data/claude-code-capture"),
-                     help="claude-code's calls to the teacher; captured first when absent")
-    ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks claude-code solves with the teacher")
+    ccd = sub.add_parser("make-cli-agent-demo", help="tiny model warm-started on a CLI agent's captured requests, and "
+                                                      "generated tasks (what `make run-agent AGENT=claude-code|codex` trains)")
+    ccd.add_argument("--agent", choices=["claude-code", "codex"], default="claude-code")
+    ccd.add_argument("--out", type=Path, default=None, help="default models/<agent>-demo")
+    ccd.add_argument("--tasks-out", type=Path, default=None, help="default data/<agent>-tasks")
+    ccd.add_argument("--capture-dir", type=Path, default=None,
+                     help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
+    ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
     ccd.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
     ccd.add_argument("--task-seed", type=int, default=1)
     ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
@@ -331,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     ccd.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
     ccd.add_argument("--seed", type=int, default=0)
     ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
-    ccd.set_defaults(func=cmd_make_claude_code_demo)
+    ccd.set_defaults(func=cmd_make_cli_agent_demo)
     doctor = sub.add_parser("doctor", help="walk the health chain (proxy, replicas, batcher, GPUs, sandboxes) and explain failures")
     doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
     doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")
@@ -357,12 +361,12 @@ def main(argv: list[str] | None = None) -> None:
     key.set_defaults(func=cmd_trial_key)
     one = sub.add_parser("trial", help="run one agent trial of one Harbor task and print what it did (JSON last line)")
     one.add_argument("task_dir", type=Path, help="a Harbor task directory (task.toml, instruction.md, tests/test.sh)")
-    one.add_argument("--agent", default="builtin", choices=["builtin", "claude-code", "oracle", "nop"],
+    one.add_argument("--agent", default="builtin", choices=["builtin", "claude-code", "codex", "oracle", "nop"],
                      help="oracle runs solution/solve.sh, nop does nothing: neither calls a model")
     one.add_argument("--agent-command", help="any agent as a command line, e.g. 'mini -y -t {instruction}' "
                                              "({instruction}: a word of its own); it finds the proxy in OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
     one.add_argument("--model", type=Path, help="model the replica serves (default: models/agent-demo; "
-                                                "models/claude-code-demo for claude-code)")
+                                                "models/<agent>-demo for claude-code and codex)")
     one.add_argument("--trials-dir", type=Path, help="where the trial directory goes; with --proxy-url, that proxy's --trials-dir")
     one.add_argument("--runs-dir", type=Path, default=Path("runs"), help="the services started for the trial log under "
                                                                          "<runs-dir>/trial-<time>/logs")

@@ -38,6 +38,7 @@ from rlstack.episodes.agents import (
     AgentLimits,
     builtin_agent,
     claude_code_agent,
+    codex_agent,
     command_agent,
     trial_env,
 )
@@ -162,6 +163,8 @@ class AgentEnvRunner(EnvRunner):
     def _agent_spec(self) -> AgentSpec:
         if self.s.agent == "claude-code":
             return claude_code_agent(self.s.claude_code_bin)
+        if self.s.agent == "codex":
+            return codex_agent(self.s.codex_bin)
         if self.s.agent == "command" and self.s.agent_command is not None:
             return command_agent(self.s.agent_command)
         return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,

@@ -26,13 +26,18 @@ from pydantic import BaseModel, Field
 from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceProcess, start_process
-from rlstack.episodes.agents import CLAUDE_CODE_BIN, CODEX_BIN, claude_code_agent, codex_agent, trial_env
-from rlstack.episodes.trials.records import AgentSpec
+from rlstack.episodes.agents import (
+    CLAUDE_CODE_BIN,
+    CODEX_BIN,
+    claude_code_agent,
+    codex_agent,
+    trial_env,
+)
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.harbor.make_tasks import TaskSpec, write_task
 from rlstack.episodes.sandboxes import build_sandbox
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
-from rlstack.episodes.trials.records import TrialSpec
+from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.teacher import Teacher
 
@@ -42,11 +47,14 @@ PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 
 
+Agent = Literal["claude-code", "codex"]
+
+
 class CaptureSpec(BaseModel):
     concurrency: int = Field(default=4, ge=1, le=32)
     """Trials at once (each a claude-code process of ~200 MB)."""
     agent_timeout_sec: float = Field(default=120, gt=0)
-    agent: Literal["claude-code", "codex"] = "claude-code"
+    agent: Agent = "claude-code"
     agent_bin: Path | None = None
     """The agent's binary; the pinned npm install when unset."""
     served_model_name: str = SERVED_MODEL_NAME

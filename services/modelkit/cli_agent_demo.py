@@ -1,7 +1,8 @@
-"""Build the claude-code demo policy: tokenizer and tiny model made here, warm-started on what
-the real claude-code CLI sent while the scripted teacher solved generated tasks.
+"""Build a CLI agent's demo policy (claude-code's, codex's, or one for both): tokenizer and tiny
+model made here, warm-started on what the real CLI sent while the scripted teacher solved
+generated tasks.
 
-1. capture (``agent_capture.py``): claude-code, the proxy and the teacher on generated
+1. capture (``agent_capture.py``): the agent, the proxy and the teacher on generated
    tasks of a seed disjoint from the training tasks; skipped when the capture exists;
 2. the tokenizer is trained on the usual corpus plus the rendered conversations, so claude-code's
    system prompt and tool schemas take few tokens;
@@ -21,8 +22,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from rlstack.episodes.harbor.make_tasks import FAMILIES, generate
-from rlstack.modelkit.agent_warm_start import _batch
-from rlstack.modelkit.agent_capture import CaptureSpec, capture
+from rlstack.modelkit.agent_capture import Agent, CaptureSpec, capture
 from rlstack.modelkit.agent_corpus import (
     TEMPLATE,
     conversations,
@@ -31,6 +31,7 @@ from rlstack.modelkit.agent_corpus import (
     render_prompt,
     tokenizer_text,
 )
+from rlstack.modelkit.agent_warm_start import _batch
 from rlstack.modelkit.teacher import FINAL_TEXT
 from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
 from rlstack.modelkit.warm_start import sft_steps
@@ -73,19 +74,22 @@ def complete(threads: list[list[dict]]) -> list[list[dict]]:
     return [t for t in threads if t[-1]["response"].get("content") == FINAL_TEXT]
 
 
-def build_cli_agent_demo(out: Path, capture_dir: Path, spec: CliAgentDemoSpec, progress: bool = True) -> dict:
+def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentDemoSpec, progress: bool = True) -> dict:
+    """One policy for every agent in ``captures`` (agent -> its capture directory, captured when empty)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.monotonic()
-    if not (capture_dir / "exchanges.jsonl").exists():
-        result = capture(generate(spec.capture_tasks, spec.capture_seed, FAMILIES), capture_dir,
-                         CaptureSpec(concurrency=spec.capture_concurrency))
-        log.info("captured %d calls of claude-code on %d tasks (%d solved) in %.0fs", result.exchanges, result.trials,
-                 result.solved, result.seconds)
-    exchanges = load_exchanges(capture_dir / "exchanges.jsonl")
-    threads = complete(conversations(exchanges))
-    if not threads:
-        raise RuntimeError(f"{capture_dir}: no complete claude-code conversation was captured")
+    threads = []
+    for agent, capture_dir in captures.items():
+        if not (capture_dir / "exchanges.jsonl").exists():
+            result = capture(generate(spec.capture_tasks, spec.capture_seed, FAMILIES), capture_dir,
+                             CaptureSpec(concurrency=spec.capture_concurrency, agent=agent))
+            log.info("captured %d calls of %s on %d tasks (%d solved) in %.0fs", result.exchanges, agent, result.trials,
+                     result.solved, result.seconds)
+        captured = complete(conversations(load_exchanges(capture_dir / "exchanges.jsonl")))
+        if not captured:
+            raise RuntimeError(f"{capture_dir}: no complete {agent} conversation was captured")
+        threads += captured
     last = [t[-1] for t in threads]
     build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
                      extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE,
@@ -111,7 +115,7 @@ def build_cli_agent_demo(out: Path, capture_dir: Path, spec: CliAgentDemoSpec, p
     record = {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
               "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),
               "longest_tokens": longest, "steps": steps, "loss": loss, "sft_seconds": time.monotonic() - sft_start,
-              "seconds": time.monotonic() - started, "capture_dir": str(capture_dir)}
+              "seconds": time.monotonic() - started, "captures": {agent: str(d) for agent, d in captures.items()}}
     (out / RECORD).write_text(json.dumps(record, indent=2))
     log.info("claude-code demo: %s", record)
     return record

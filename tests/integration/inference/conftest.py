@@ -143,6 +143,26 @@ def proxy(registry, replica, stack_logs, tmp_path_factory) -> Iterator[ProxyHand
 
 
 @pytest.fixture(scope="session")
+def codex_bin() -> str:
+    """codex at the pinned version: `make setup-codex` installs it; a bare checkout gets it here."""
+    import shutil
+    import subprocess
+
+    from rlstack.episodes.agents import CODEX_BIN, CODEX_VERSION
+    from tests.conftest import REPO
+
+    binary = REPO / CODEX_BIN
+    if not binary.exists():
+        if shutil.which("npm") is None:
+            pytest.fail("npm is needed to install @openai/codex")
+        prefix = REPO / ".cache" / "codex"
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--no-fund", "--no-audit", "--prefix", str(prefix),
+                        f"@openai/codex@{CODEX_VERSION}"], check=True, capture_output=True, timeout=600)
+    return str(binary)
+
+
+@pytest.fixture(scope="session")
 def claude_bin() -> str:
     """claude-code at the pinned version: `make setup-claude-code` installs it; a bare checkout gets it here."""
     import shutil

@@ -1,10 +1,11 @@
-"""claude-code driven by a claude-code demo policy: a small model built here the way
-``rlstack make-claude-code-demo`` builds one (claude-code captured with the scripted teacher,
-tokenizer and warm start on that capture), served by a real vLLM replica behind a real proxy.
+"""claude-code and codex driven by one demo policy: a small model built here the way
+``rlstack make-cli-agent-demo`` builds one (each CLI captured with the scripted teacher,
+tokenizer and warm start on both captures), served by a real vLLM replica behind a real proxy.
 
 The policy makes its tool calls in its own template, vLLM's hermes parser returns them, LiteLLM
-turns them into ``tool_use`` blocks, claude-code runs them in the sandbox and sends back
-``tool_result``s. The warm start's rendering of claude-code's requests is vLLM's, token for token.
+turns them into claude-code's ``tool_use`` blocks or codex's ``function_call`` items, the CLI runs
+them in the sandbox and sends back their output. The warm start's rendering of each CLI's
+requests is vLLM's, token for token; each trial is one sequence on vLLM's ids.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from rlstack.common.contracts.trajectory import read_trajectory
-from rlstack.episodes.agents import claude_code_agent, trial_env
+from rlstack.common.contracts.atropos import MASKED
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
+from rlstack.episodes.agents import claude_code_agent, codex_agent, trial_env
+from rlstack.episodes.assemble import assemble
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.harbor.make_tasks import generate, write_task
 from rlstack.episodes.sandboxes import build_sandbox
@@ -35,15 +38,17 @@ SERVED = "cc-demo"
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory, claude_bin) -> tuple[Path, Path]:
-    """Two tasks captured with the teacher, learnt by heart (the policy need not generalise here)."""
+def demo_model(tmp_path_factory, claude_bin, codex_bin) -> tuple[Path, list[Path]]:
+    """Four tasks captured with the teacher per CLI, learnt by heart (the policy need not generalise here,
+    but codex's tool output carries a random chunk id and a wall time: it must read past them)."""
     root = tmp_path_factory.mktemp("cc-demo")
-    spec = CliAgentDemoSpec(capture_tasks=2, capture_concurrency=2, max_position_embeddings=32768, steps=120,
+    spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
                               tokenizer_prose_bytes=300_000,
-                              batch_size=2, lr=3e-3, max_seconds=900)
-    record = build_cli_agent_demo(root / "model", root / "capture", spec, progress=False)
-    assert record["conversations"] == 2 and record["thread_breaks"] == 0
-    return root / "model", root / "capture"
+                              batch_size=4, lr=3e-3, max_seconds=900)
+    captures = {"claude-code": root / "claude-code", "codex": root / "codex"}
+    record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
+    assert record["conversations"] == 8 and record["thread_breaks"] == 0
+    return root / "model", list(captures.values())
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +68,10 @@ def demo_proxy(registry, demo_replica, stack_logs, tmp_path_factory):
     svc.terminate()
 
 
-def test_the_warm_start_renders_claude_codes_requests_as_vllm_does(demo_model, demo_replica):
-    model, capture = demo_model
+def test_the_warm_start_renders_each_clis_requests_as_vllm_does(demo_model, demo_replica):
+    model, captures = demo_model
     tokenizer = AutoTokenizer.from_pretrained(model)
-    for exchange in [e for e in load_exchanges(capture / "exchanges.jsonl") if e["task"]]:
+    for exchange in [e for capture in captures for e in load_exchanges(capture / "exchanges.jsonl") if e["task"]]:
         request = exchange["request"]
         ours = tokenizer(render_prompt(tokenizer, request), add_special_tokens=False)["input_ids"]
         body = {"model": SERVED, "messages": request["messages"], "tools": request["tools"], "add_generation_prompt": True}
@@ -97,14 +102,45 @@ def test_claude_code_runs_the_policys_tool_calls(demo_model, demo_proxy, claude_
         results = [block["tool_use_id"] for m in following.request["messages"] if isinstance(m.get("content"), list)
                    for block in m["content"] if block.get("type") == "tool_result"]
         assert set(ids) <= set(results)
-    first = next(c for c in calls if c.choices[0].message.get("tool_calls"))
-    assert first.prompt_token_ids and first.choices[0].completion_token_ids
-    # What the env posts is vLLM's ids exactly: every continued call was sent on its thread's ids
-    # (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
-    # tokens are every completion the policy generated, in order.
-    from rlstack.common.contracts.atropos import MASKED
-    from rlstack.episodes.assemble import assemble
+    assert_one_exact_sequence(calls)
 
+
+def test_codex_runs_the_policys_tool_calls_on_the_responses_api(demo_model, demo_proxy, codex_bin, tmp_path):
+    """Learnt tasks in turn until one trial has two tool calls: the policy samples at codex's
+    temperature (1.0) and each run's chunk ids are new to it, so about one trial in twelve stops
+    after one call (measured); every trial, whatever the policy did, is checked for the chain."""
+    proxy, trials_dir = demo_proxy
+    for spec in generate(4, 1000)[:3]:
+        write_task(spec, tmp_path / "tasks")
+    agent = codex_agent(Path(codex_bin))
+    most = 0
+    for task in sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: not t.name.startswith("sum-numbers")):
+        trial = f"t-{task.short_name}"
+        env = trial_env(agent, proxy.url, "cx", trial, "open", SERVED)
+        spec = TrialSpec(run="cx", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
+                         private_paths=[tmp_path / "tasks"])
+        result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig()), trials_dir))
+        assert result.status == "ok", (trials_dir / "cx" / trial / "agent" / "stdout.txt").read_text()[-2000:]
+
+        calls = sorted(read_trajectory(trials_dir / "cx" / trial), key=lambda r: r.started_at)
+        assert all(c.api == "responses" and c.status == "ok" for c in calls)
+        # function_call -> function_call_output: each call id comes back in the next request's input
+        for call, following in zip(calls, calls[1:]):
+            ids = [tc["id"] for tc in call.choices[0].message.get("tool_calls") or []]
+            outputs = [item["call_id"] for item in following.request["input"] if item.get("type") == "function_call_output"]
+            assert ids and set(ids) <= set(outputs)
+        assert_one_exact_sequence(calls)
+        most = max(most, sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls))
+        if most >= 2:
+            break
+    assert most >= 2, "no codex trial ran two of the policy's tool calls"
+
+
+def assert_one_exact_sequence(calls: list[TrajectoryRecord]) -> None:
+    """What the env posts is vLLM's ids exactly: every continued call was sent on its thread's ids
+    (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
+    tokens are every completion the policy generated, in order."""
+    assert all(c.prompt_token_ids and c.choices[0].completion_token_ids for c in calls)
     for before, after in zip(calls, calls[1:]):
         assert after.splice is not None and after.splice.onto == before.request_id
     assembly = assemble(calls)
