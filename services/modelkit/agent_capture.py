@@ -29,6 +29,8 @@ from rlstack.common.process import ServiceProcess, start_process
 from rlstack.episodes.agents import (
     CLAUDE_CODE_BIN,
     CODEX_BIN,
+    AgentLimits,
+    builtin_agent,
     claude_code_agent,
     codex_agent,
     trial_env,
@@ -47,7 +49,7 @@ PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 
 
-Agent = Literal["claude-code", "codex"]
+Agent = Literal["claude-code", "codex", "builtin"]
 
 
 class CaptureSpec(BaseModel):
@@ -62,6 +64,8 @@ class CaptureSpec(BaseModel):
     def agent_spec(self) -> AgentSpec:
         if self.agent == "codex":
             return codex_agent(self.agent_bin or CODEX_BIN)
+        if self.agent == "builtin":
+            return builtin_agent(AgentLimits())
         return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN)
 
 

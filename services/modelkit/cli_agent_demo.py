@@ -38,6 +38,7 @@ from rlstack.modelkit.warm_start import sft_steps
 
 log = logging.getLogger(__name__)
 RECORD = "rlstack-claude-code-warm-start.json"
+"""Its name from when claude-code was the only CLI agent: kept, so built demo models stay built."""
 
 
 class CliAgentDemoSpec(BaseModel):
@@ -110,12 +111,12 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
         raise ValueError(f"a captured conversation is {longest} tokens; max_position_embeddings is {spec.max_position_embeddings}")
     sft_start = time.monotonic()
     steps, loss = sft_steps(model, lambda: _batch(rng.sample(rows, min(spec.batch_size, len(rows))), tokenizer.pad_token_id),
-                            spec.steps, spec.lr, spec.max_seconds, "claude-code warm start", progress)
+                            spec.steps, spec.lr, spec.max_seconds, f"{' + '.join(captures)} warm start", progress)
     model.save_pretrained(out, safe_serialization=True)
     record = {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
               "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),
               "longest_tokens": longest, "steps": steps, "loss": loss, "sft_seconds": time.monotonic() - sft_start,
               "seconds": time.monotonic() - started, "captures": {agent: str(d) for agent, d in captures.items()}}
     (out / RECORD).write_text(json.dumps(record, indent=2))
-    log.info("claude-code demo: %s", record)
+    log.info("%s demo: %s", " + ".join(captures), record)
     return record

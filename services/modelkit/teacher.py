@@ -29,8 +29,8 @@ from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
 """The teacher's last turn: a plain answer with no tool call, which ends the agent's loop."""
-SHELL_TOOLS = {"Bash": "command", "exec_command": "cmd"}
-"""Each agent's shell tool and the argument holding the command line: claude-code's, codex's."""
+SHELL_TOOLS = {"Bash": "command", "exec_command": "cmd", "bash": "command"}
+"""Each agent's shell tool and the argument holding the command line: claude-code's, codex's, the built-in agent's."""
 
 
 def _family(spec: TaskSpec) -> str:

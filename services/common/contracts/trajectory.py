@@ -89,6 +89,9 @@ class TrajectoryRecord(BaseModel):
     ``weight_versions``); None: unknown."""
     request: dict[str, Any] = Field(default_factory=dict)
     """The client's request in its own API's shape (messages, system, tools, sampling params)."""
+    streamed: bool = False
+    """The client asked for an event stream (``stream`` is then not in ``request``: the proxy
+    asks the replica for the whole reply and streams it back itself)."""
     prompt_token_ids: list[int] = Field(default_factory=list)
     choices: list[TrajectoryChoice] = Field(default_factory=list)
     usage: dict[str, Any] | None = None

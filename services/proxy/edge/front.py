@@ -24,7 +24,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.trial_keys import TRIAL_PATH
 from rlstack.proxy.edge.bodies import problem
 from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
-from rlstack.proxy.names import REQUESTED_MODEL_HEADER, TRIAL_HEADER
+from rlstack.proxy.names import REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ class FrontMiddleware:
             return
         scope = dict(scope)
         headers = MutableHeaders(scope=scope)
-        if TRIAL_HEADER in headers:
-            del headers[TRIAL_HEADER]  # identity comes from the path or the key, never a client header
+        for own in (TRIAL_HEADER, STREAMED_HEADER, REQUESTED_MODEL_HEADER):
+            if own in headers:
+                del headers[own]  # identity and call facts come from the edge, never a client header
         match = TRIAL_PATH.match(scope["path"])
         if match:
             headers[TRIAL_HEADER] = f"{match['run']}/{match['trial']}"
@@ -139,6 +140,7 @@ class FrontMiddleware:
         stream = bool(body.get("stream", False)) and self.stream_shim
         if stream:
             body.pop("stream")
+            headers[STREAMED_HEADER] = "1"
         stream_options = (body.pop("stream_options", None) or {}) if stream else {}
         new_body = orjson.dumps(body)
         headers["content-length"] = str(len(new_body))

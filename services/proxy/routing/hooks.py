@@ -18,7 +18,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from rlstack.common.contracts.trajectory import SpliceInfo, TrajectoryChoice, TrajectoryRecord
 from rlstack.proxy.metrics import ProxyMetrics
-from rlstack.proxy.names import CALL_HEADER, REQUESTED_MODEL_HEADER, TRIAL_HEADER
+from rlstack.proxy.names import CALL_HEADER, REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
 from rlstack.proxy.records.writer import TrajectoryWriter
 from rlstack.proxy.relay.tokenin import TokenInUpstream
 from rlstack.proxy.routing.discovery import Discovery, ReplicaView
@@ -40,6 +40,7 @@ class CallContext:
     api: str
     requested_model: str | None
     request: dict[str, Any]
+    streamed: bool = False
     created: float = field(default_factory=time.time)
 
 
@@ -69,7 +70,8 @@ class RLStackHooks(CustomLogger):
         if call_id and run != HEALTH_RUN:
             self._expire_old()
             request = {k: data[k] for k in REQUEST_KEYS if k in data}
-            self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request)
+            self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request,
+                                              streamed=headers.get(STREAMED_HEADER) == "1" or bool(data.get("stream")))
             self.pending[f"{run}/{trial}"] += 1
         # vLLM's own ids and logprobs, on every upstream call.
         data["logprobs"] = True
@@ -146,7 +148,7 @@ class RLStackHooks(CustomLogger):
             started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
             requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or self.view.served_model_name,
             replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
-            weight_version=oldest, request=ctx.request,
+            weight_version=oldest, request=ctx.request, streamed=ctx.streamed,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),
             status="error" if error else "ok", error=error,
             splice=SpliceInfo(onto=splice.onto, prefix_tokens=splice.prefix_tokens, tail_tokens=splice.tail_tokens,

@@ -53,6 +53,7 @@ def test_a_codex_style_conversation_is_recorded_on_exact_ids_and_spliced(proxy, 
     records = read_trajectory(proxy.trials_dir / run / trial)
     assert [r.api for r in records] == ["responses"] * 3 and all(r.status == "ok" for r in records)
     assert all(r.requested_model == "gpt-5-codex" and r.answered_by == "policy" for r in records)
+    assert all(r.streamed == stream for r in records)  # the edge answered the stream; the record says it was one
     for record, answer in zip(records, answers, strict=True):
         ids = record.choices[0].completion_token_ids
         assert len(ids) == len(record.choices[0].completion_logprobs) > 0

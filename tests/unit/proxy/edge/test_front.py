@@ -18,7 +18,8 @@ async def echo(request: Request) -> JSONResponse:
     """Fake upstream (stands in for LiteLLM): echoes what the front layer passed on."""
     body = json.loads(await request.body())
     return JSONResponse({"seen": body, "trial": request.headers.get("x-rlstack-trial"),
-                         "requested": request.headers.get("x-rlstack-requested-model"), "path": request.url.path})
+                         "requested": request.headers.get("x-rlstack-requested-model"), "path": request.url.path,
+                         "streamed": request.headers.get("x-rlstack-streamed")})
 
 
 def client(cap=None) -> httpx.AsyncClient:
@@ -53,6 +54,21 @@ def test_trial_prefix_is_stripped_and_spoofed_header_dropped():
     a, b = asyncio.run(go())
     assert a.json()["path"] == "/v1/messages" and a.json()["trial"] == "run-a/t-1"
     assert b.json()["trial"] is None
+
+
+def test_the_edge_alone_says_a_call_was_streamed():
+    import asyncio
+
+    async def go():
+        async with client() as c:
+            body = {"model": "policy", "messages": MESSAGES, "max_tokens": 8}
+            plain = await c.post("/v1/chat/completions", json=body, headers={"x-rlstack-streamed": "1"})
+            streamed = await c.post("/v1/chat/completions", json={**body, "stream": True})
+            return plain, streamed
+
+    plain, streamed = asyncio.run(go())
+    assert plain.json()["streamed"] is None  # a client's own claim is dropped
+    assert streamed.headers["content-type"].startswith("text/event-stream")
 
 
 def test_cap_applies_without_a_tokenizer_round_trip():

@@ -1,0 +1,191 @@
+"""The scaffold matrix: every agent we ship, in each API dialect and streaming mode it speaks, on
+one demo policy served by a real vLLM replica behind a real proxy, each cell a real trial.
+
+The policy is a small model built here the way ``rlstack make-cli-agent-demo`` builds one (each
+agent captured with the scripted teacher, tokenizer and warm start on all captures). It makes its
+tool calls in its own template, vLLM's hermes parser returns them, LiteLLM turns them into each
+dialect's form (chat ``tool_calls``, Anthropic ``tool_use`` blocks, Responses ``function_call``
+items), the agent runs them in the sandbox and sends back their output. Every cell asserts: the
+trial is ``ok``, at least two tool calls ran and their ids came back as tool results, every
+continued call was spliced onto its thread (0 thread breaks, one sequence on vLLM's ids), and the
+reward is the one the task's verifier wrote. ``docs/agent-trials.md`` opens with ``CELLS`` as a
+table (``python -m tests.integration.inference.test_scaffold_matrix`` prints it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from transformers import AutoTokenizer
+
+from rlstack.common.contracts.atropos import MASKED
+from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
+from rlstack.episodes.agents import (
+    AgentLimits,
+    builtin_agent,
+    claude_code_agent,
+    codex_agent,
+    trial_env,
+)
+from rlstack.episodes.assemble import assemble
+from rlstack.episodes.harbor.dataset import load_dataset
+from rlstack.episodes.harbor.make_tasks import generate, write_task
+from rlstack.episodes.sandboxes import build_sandbox
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig
+from rlstack.episodes.trials.records import AgentSpec, TrialSpec
+from rlstack.episodes.trials.run import run_trial
+from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
+from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
+from tests.conftest import PROXY_PYTHON, REPO, start_service
+from tests.integration.inference.conftest import ReplicaHandle, start_replica
+
+SERVED = "cc-demo"
+"""Its own served name: the session's shared proxy never routes to this replica."""
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory, claude_bin, codex_bin) -> tuple[Path, list[Path]]:
+    """Four tasks captured with the teacher per agent, learnt by heart (the policy need not generalise here,
+    but codex's tool output carries a random chunk id and a wall time: it must read past them)."""
+    root = tmp_path_factory.mktemp("cc-demo")
+    spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
+                              tokenizer_prose_bytes=300_000,
+                              batch_size=4, lr=3e-3, max_seconds=900)
+    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex")}
+    record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
+    assert record["conversations"] == 12 and record["thread_breaks"] == 0
+    return root / "model", list(captures.values())
+
+
+@pytest.fixture(scope="module")
+def demo_replica(registry, demo_model, stack_logs) -> Iterator[ReplicaHandle]:
+    handle = start_replica(registry.url, demo_model[0], stack_logs, "replica-cc-demo", served_model_name=SERVED)
+    yield handle
+    handle.sidecar.terminate(grace=60)
+
+
+@pytest.fixture(scope="module")
+def demo_proxy(registry, demo_replica, stack_logs, tmp_path_factory):
+    trials = tmp_path_factory.mktemp("cc-trials")
+    svc = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(trials), "--served-model-name", SERVED,
+                                  "--max-tokens-cap", "128", "--watch-timeout-seconds", "2"],
+                        stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+    yield svc, trials
+    svc.terminate()
+
+
+def test_the_warm_start_renders_each_clis_requests_as_vllm_does(demo_model, demo_replica):
+    model, captures = demo_model
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for exchange in [e for capture in captures for e in load_exchanges(capture / "exchanges.jsonl") if e["task"]]:
+        request = exchange["request"]
+        ours = tokenizer(render_prompt(tokenizer, request), add_special_tokens=False)["input_ids"]
+        body = {"model": SERVED, "messages": request["messages"], "tools": request["tools"], "add_generation_prompt": True}
+        theirs = httpx.post(f"{demo_replica.vllm_url}/tokenize", json=body, timeout=60).json()["tokens"]
+        assert ours == theirs
+
+
+def chat_results(request: dict) -> list[str]:
+    return [m["tool_call_id"] for m in request["messages"] if m.get("role") == "tool"]
+
+
+def anthropic_results(request: dict) -> list[str]:
+    return [block["tool_use_id"] for m in request["messages"] if isinstance(m.get("content"), list)
+            for block in m["content"] if block.get("type") == "tool_result"]
+
+
+def responses_results(request: dict) -> list[str]:
+    return [item["call_id"] for item in request["input"] if item.get("type") == "function_call_output"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    agent: str
+    run_as: str
+    """How the preset runs it, for the table."""
+    api: str
+    """The dialect its calls are recorded under (``TrajectoryRecord.api``)."""
+    streamed: bool
+    make: Callable[[], AgentSpec]
+    results: Callable[[dict], list[str]]
+    """The tool-call ids a request sends back as tool results, in its dialect."""
+
+
+CELLS = [
+    Cell("builtin", "`python -m rlstack.agent` (`--agent builtin`)", "openai", False,
+         lambda: builtin_agent(AgentLimits()), chat_results),
+    Cell("claude-code", "`claude -p --bare --tools Bash,Read,Edit` (`--agent claude-code`)", "anthropic", True,
+         lambda: claude_code_agent(), anthropic_results),
+    Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent codex`)", "responses", True,
+         lambda: codex_agent(), responses_results),
+]
+
+
+def matrix_table() -> str:
+    rows = ["| agent | run as | dialect | streamed | trial `ok` | tool calls run (>= 2) | continued calls spliced, 0 thread breaks | reward = verifier's |",
+            "|---|---|---|---|---|---|---|---|"]
+    dialects = {"openai": "chat completions", "anthropic": "Anthropic messages", "responses": "Responses"}
+    rows += [f"| {c.agent} | {c.run_as} | {dialects[c.api]} | {'yes' if c.streamed else 'no'} | yes | yes | yes | yes |" for c in CELLS]
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[c.agent for c in CELLS])
+def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, demo_proxy, claude_bin, codex_bin, tmp_path):
+    """Learnt tasks in turn until one trial runs two tool calls: the policy samples at temperature 1.0
+    and codex's chunk ids are new to it, so about one codex trial in twelve stops after one call
+    (measured); every trial, whatever the policy did, is checked for the chain."""
+    proxy, trials_dir = demo_proxy
+    for spec in generate(4, 1000)[:3]:
+        write_task(spec, tmp_path / "tasks")
+    agent = cell.make()
+    most = 0
+    for task in sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name):
+        trial = f"{cell.agent}-{task.short_name}"
+        env = trial_env(agent, proxy.url, "matrix", trial, "open", SERVED)
+        spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
+                         private_paths=[tmp_path / "tasks"])
+        result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig()), trials_dir))
+        root = trials_dir / "matrix" / trial
+        assert result.status == "ok", (root / "agent" / "stdout.txt").read_text()[-2000:]
+        assert result.reward == float((root / "verifier" / "reward.txt").read_text())
+
+        calls = sorted(read_trajectory(root), key=lambda r: r.started_at)
+        assert calls and all(c.api == cell.api and c.status == "ok" for c in calls)
+        assert all(c.streamed == cell.streamed for c in calls)
+        for call, following in zip(calls, calls[1:]):  # each call id the policy made comes back as a tool result
+            ids = [tc["id"] for tc in call.choices[0].message.get("tool_calls") or []]
+            assert ids and set(ids) <= set(cell.results(following.request))
+        assert_one_exact_sequence(calls)
+        most = max(most, sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls))
+        if most >= 2:
+            break
+    assert most >= 2, f"no {cell.agent} trial ran two of the policy's tool calls"
+
+
+def test_the_docs_open_with_the_matrix():
+    text = (REPO / "docs" / "agent-trials.md").read_text()
+    assert matrix_table() in text.split("\n## ")[0], "docs/agent-trials.md: regenerate its matrix from CELLS"
+
+
+def assert_one_exact_sequence(calls: list[TrajectoryRecord]) -> None:
+    """What the env posts is vLLM's ids exactly: every continued call was sent on its thread's ids
+    (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
+    tokens are every completion the policy generated, in order."""
+    assert all(c.prompt_token_ids and c.choices[0].completion_token_ids for c in calls)
+    for before, after in zip(calls, calls[1:]):
+        assert after.splice is not None and after.splice.onto == before.request_id
+    assembly = assemble(calls)
+    [sequence] = assembly.sequences
+    assert assembly.thread_breaks == 0 and assembly.spliced_calls == len(calls) - 1
+    assert sequence.tokens == calls[-1].prompt_token_ids + calls[-1].choices[0].completion_token_ids
+    generated = [t for c in calls for t in c.choices[0].completion_token_ids]
+    assert [t for t, m in zip(sequence.tokens, sequence.masks, strict=True) if m != MASKED] == generated
+
+
+if __name__ == "__main__":
+    print(matrix_table())
