@@ -98,7 +98,8 @@ class ProxyApp:
         self.peers = Peers([str(u) for u in settings.peer_urls], settings.peers_dns, settings.port, END_WAIT_SECONDS + 10)
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
-                                     stream_shim=settings.stream_mode == "shim", authorize=self._authorize)
+                                     stream_shim=settings.stream_mode == "shim", authorize=self._authorize,
+                                     exact_downstream=self.token_in is not None)
         self.warm = False
         self.supervisor = Supervisor("proxy", settings.failure_exit_delay_seconds)
         self.ops = Starlette(routes=[

@@ -77,7 +77,10 @@ class FrontMiddleware:
         max_tokens_cap: int | None = None,
         stream_shim: bool = True,
         authorize: Callable[[str, str | None], None] | None = None,
+        exact_downstream: bool = False,
     ) -> None:
+        self.exact_downstream = exact_downstream
+        """Token-in's relay fits every call's output limit to its exact prompt (Responses calls included)."""
         self.authorize = authorize
         """(key, ``run/trial`` of the path prefix or None) -> None, or raises ``Refused``."""
         self.max_tokens_cap = max_tokens_cap
@@ -245,8 +248,9 @@ class FrontMiddleware:
             return  # a prompt has fewer tokens than bytes (+ template): cannot overflow
         if kind == "responses":
             # Input items become chat messages only inside LiteLLM's bridge; counting them here would
-            # redo it. The relay clamps a continued call exactly; this bounds a first call by its bytes.
-            body[field] = min(requested, max(self.min_completion_tokens, context - len(raw) - 256))
+            # redo it. Token-in's relay counts every call exactly; without it, bound the call by its bytes.
+            if not self.exact_downstream:
+                body[field] = min(requested, max(self.min_completion_tokens, context - len(raw) - 256))
             return
         prompt = await self._prompt_tokens(body, anthropic)
         room = context - prompt

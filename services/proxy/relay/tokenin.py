@@ -129,13 +129,13 @@ class TokenInUpstream:
             if not call_id:  # the proxy's own health pings: no record, so no versions to learn
                 return _json(await self._post(f"{base}/v1/chat/completions", raw))
             if not trial or (body.get("n") or 1) != 1:
-                answer, sampled = await self._one_hop(base, raw, body)
+                answer, sampled = await self._one_hop(base, await self._fit(base, endpoint.id, raw, body), body)
                 self._note(call_id, CallOutcome(None, None, versions=sampled))
                 return _json(versions.stamp(answer, sampled))
             messages = body.get("messages") or []
             if not self.threads.may_continue(trial, messages) and not await self._take_up(trial, messages):
                 # a first call, a side call or an edited history
-                answer, sampled = await self._one_hop(base, raw, body)
+                answer, sampled = await self._one_hop(base, await self._fit(base, endpoint.id, raw, body), body)
                 turn_end = await self._turn_end(base, endpoint.id, body.get("model"))
                 prompt = answer.get("prompt_token_ids") or []
                 edited = self.threads.starts_like(trial, messages, body.get("tools"))
@@ -167,6 +167,25 @@ class TokenInUpstream:
         if self.adopted is not None:
             self.adopted(adopted)
         return self.threads.may_continue(trial, messages)
+
+    async def _fit(self, base: str, replica_id: str, raw: bytes, body: dict[str, Any]) -> bytes:
+        """A call's output limit cut to what the context leaves after its prompt, counted exactly
+        (a render) only when its bytes alone cannot rule out an overflow: the edge cannot count a
+        Responses call's prompt, which becomes chat messages only inside LiteLLM's bridge."""
+        field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        limit = body.get(field)
+        context = self.view.max_model_len.get(replica_id, self.view.default_context)
+        if not isinstance(limit, int) or limit + len(raw) + 256 <= context:
+            return raw
+        prompt = len((await self._post(f"{base}/v1/chat/completions/render", raw))["token_ids"])
+        if prompt >= context:
+            raise UpstreamError(400, orjson.dumps({"error": {
+                "message": f"messages: prompt is {prompt} tokens; the context holds {context}",
+                "type": "BadRequestError", "param": "messages", "code": 400}}))
+        if limit <= context - prompt:
+            return raw
+        body[field] = context - prompt
+        return dumps(body)
 
     async def _one_hop(self, base: str, raw: bytes, body: dict[str, Any]) -> tuple[dict, list[list[int] | None]]:
         """``/v1/chat/completions`` as sent, and per choice the versions that sampled it: the adapter's

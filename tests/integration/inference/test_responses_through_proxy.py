@@ -87,3 +87,35 @@ def test_unknown_items_and_server_state_are_refused_by_name_and_cool_nothing_dow
     r = httpx.post(url, json={"model": "gpt-5", "input": "hi", "previous_response_id": "resp_1"}, headers=headers, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
     assert respond(proxy, run, trial, [user("hi")], stream=False)["object"] == "response"
+
+
+def test_a_first_call_near_the_context_gets_the_room_its_prompt_leaves(proxy, replica):
+    """The edge cannot count a Responses prompt (it becomes chat messages inside LiteLLM's bridge);
+    the relay counts it exactly: a limit past the context is cut to the room left, not a vLLM 400,
+    and a long prompt with room to spare is not cut by its bytes (a bound that gave codex 16 tokens)."""
+    context = httpx.get(f"{replica.vllm_url}/v1/models").json()["data"][0]["max_model_len"]
+
+    def prompt_tokens(text: str) -> int:
+        messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": text}]
+        body = {"model": "policy", "messages": messages, "add_generation_prompt": True}
+        return httpx.post(f"{replica.vllm_url}/tokenize", json=body, timeout=60).json()["count"]
+
+    word = " apple"
+    per_word = (prompt_tokens(word * 200) - prompt_tokens(word * 100)) / 100
+    text = word * int((context - 40 - prompt_tokens("")) / per_word)
+    while prompt_tokens(text) > context - 20:
+        text = text[: -len(word) * 5]
+    room = context - prompt_tokens(text)
+    assert 20 <= room < 64 and len(text) > context  # more bytes than the context, fewer tokens
+
+    run, trial = "responses", "near-the-context"
+    body = {"model": "gpt-5-codex", "instructions": "You are a coding agent.", "input": [user(text)],
+            "max_output_tokens": 64, "store": False, "temperature": 0}
+    r = httpx.post(f"{proxy.url}/trials/{run}/{trial}/v1/responses", json=body,
+                   headers={"Authorization": f"Bearer {proxy.key(run, trial)}"}, timeout=300)
+    assert r.status_code == 200, r.text
+    proxy.lines(run, trial, expect=1)
+    [record] = read_trajectory(proxy.trials_dir / run / trial)
+    assert record.request["max_output_tokens"] == 64  # the edge left the limit to the relay's count
+    assert len(record.prompt_token_ids) == context - room
+    assert 0 < len(record.choices[0].completion_token_ids) <= room
