@@ -158,7 +158,8 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
     args.out = args.out or Path(f"models/{args.agent}-demo")
     args.tasks_out = args.tasks_out or Path(f"data/{args.agent}-tasks")
     capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")
-    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
+    steps = args.steps if args.steps is not None else demo.DEFAULT_STEPS[args.agent]
+    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed)
     write_training_tasks(args)
     return built_once(args.out, f"{args.agent} demo model", args.force, demo.is_built(args.out),
                       lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     ccd.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
     ccd.add_argument("--task-seed", type=int, default=1)
     ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
-    ccd.add_argument("--steps", type=int, default=70)
+    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code, 120 for codex)")
     ccd.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
     ccd.add_argument("--seed", type=int, default=0)
     ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")

@@ -356,7 +356,8 @@ class AgentEnvRunner(EnvRunner):
         versions: list[list[int] | None] = []
         for member, outcome in enumerate(outcomes):
             assert outcome.assembly is not None and outcome.result.reward is not None
-            main, *side = sorted(outcome.assembly.sequences, key=lambda s: s.trained_tokens, reverse=True)
+            # the trial's main thread first (the longest, for a trial whose first thread it is not)
+            main, *side = sorted(outcome.assembly.sequences, key=lambda s: (s.kind == "main", s.trained_tokens), reverse=True)
             every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
             posted = [main, *side] if every else [main]
             if len(posted) < 1 + len(side):

@@ -60,7 +60,12 @@ CLAUDE_CODE_SYSTEM_PROMPT = "You are a coding agent working in /app. Use the too
 """Replaces claude-code's default system prompt (about 10k tokens in the demo tokenizer)."""
 
 
-def claude_code_agent(binary: Path = CLAUDE_CODE_BIN) -> AgentSpec:
+CLAUDE_CODE_QUIET = ("CLAUDE_CODE_DISABLE_ATTACHMENTS", "CLAUDE_CODE_DISABLE_CLAUDE_MDS", "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
+                     "CLAUDE_CODE_DISABLE_BUNDLED_SKILLS", "CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS")
+"""What ``--bare`` turns off, asked for one by one where ``--bare`` cannot be given."""
+
+
+def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -> AgentSpec:
     """claude-code in print mode with a prompt a tiny CPU policy can take: 26,885 tokens of first
     request shrink to about 1,300 in the demo tokenizer (measured, docs/agent-trials.md).
 
@@ -72,11 +77,18 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN) -> AgentSpec:
     if not binary.exists():
         raise FileNotFoundError(f"claude-code is not installed at {binary}: run `make setup-claude-code` "
                                 f"(npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION})")
+    env = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+           "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"}
+    if subagents:
+        # --bare offers no Agent tool: without it, the flags and variables --bare implied cut what they can.
+        command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions",
+                   "--tools", f"{CLAUDE_CODE_TOOLS},Agent", "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT,
+                   "--disable-slash-commands", "--strict-mcp-config", "--setting-sources", ""]
+        env |= {name: "1" for name in CLAUDE_CODE_QUIET}
+        return AgentSpec(name="claude-code-subagents", command=command, env=env)
     command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",
                "--tools", CLAUDE_CODE_TOOLS, "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT]
-    return AgentSpec(name="claude-code", command=command,
-                     env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-                          "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"})
+    return AgentSpec(name="claude-code", command=command, env=env)
 
 
 CODEX_VERSION = "0.171.0"

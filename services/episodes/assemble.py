@@ -16,17 +16,32 @@ the history is only ever context, never trained on. A call whose prompt is exact
 call's prompt is a *retry* (the agent asked again after an error), a new sample of the same
 turn: a sequence of its own, counted as a retry, not a break. Side calls (a title, a
 sub-agent) are simply threads of their own.
+
+Each sequence says what kind of segment it is: ``main`` (the trial's first thread),
+``sub_agent`` (a thread whose request carries the prompt an earlier call gave a sub-agent tool,
+claude-code's ``Agent``/``Task``), ``after_compaction`` (the agent rewrote its history),
+``retry``, ``break`` (a drifted copy of a known conversation) or ``side_call`` (anything else: a
+title, a summary). Every kind is trained with the trial's reward; the counts say where a
+trial's tokens came from.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import TrajectoryRecord
 from rlstack.episodes.trials.records import TrajectoryStats
+
+
+SegmentKind = Literal["main", "sub_agent", "side_call", "after_compaction", "retry", "break"]
+SUB_AGENT_TOOLS = frozenset({"Agent", "Task"})
+"""Tools whose call opens a sub-agent thread (claude-code's; ``Task`` in its older releases)."""
 
 
 class AssembledSequence(BaseModel):
@@ -36,6 +51,7 @@ class AssembledSequence(BaseModel):
     inference_logprobs: list[float]
     """vLLM's logprob on trained positions, 0.0 elsewhere."""
     calls: int
+    kind: SegmentKind = "main"
     weight_versions: list[int] = Field(default_factory=list)
     """The versions that sampled its trained tokens, oldest first (the calls' own, from the replica)."""
     unversioned_calls: int = 0
@@ -70,6 +86,12 @@ class Assembly(BaseModel):
 
     @computed_field
     @property
+    def segments(self) -> dict[str, int]:
+        """Trained sequences by kind."""
+        return dict(Counter(s.kind for s in self.sequences))
+
+    @computed_field
+    @property
     def merge_share(self) -> float | None:
         """Share of calls after the first of their conversation that merged (1.0 = no drift)."""
         continued = self.merged_calls + self.thread_breaks
@@ -78,7 +100,7 @@ class Assembly(BaseModel):
     def stats(self) -> TrajectoryStats:
         """What a trial's ``result.json`` says of its assembly."""
         counts = self.model_dump(include={"calls", "merged_calls", "thread_breaks", "failed_calls", "retried_calls",
-                                          "spliced_calls", "edited_segments", "merge_share"})
+                                          "spliced_calls", "edited_segments", "merge_share", "segments"})
         return TrajectoryStats(**counts, sequences=len(self.sequences), trained_tokens=sum(s.trained_tokens for s in self.sequences))
 
     @property
@@ -88,8 +110,9 @@ class Assembly(BaseModel):
 
 
 class _Thread:
-    def __init__(self, prompt: list[int]) -> None:
+    def __init__(self, prompt: list[int], kind: SegmentKind) -> None:
         self.first_prompt = prompt
+        self.kind = kind
         self.tokens: list[int] = []
         self.masks: list[int] = []
         self.logprobs: list[float] = []
@@ -115,12 +138,13 @@ class _Thread:
         return len(prompt) >= n and prompt[:n] == self.tokens
 
     def sequence(self) -> AssembledSequence:
-        return AssembledSequence(tokens=self.tokens, masks=self.masks, inference_logprobs=self.logprobs,
-                                 calls=self.calls, weight_versions=sorted(self.versions), unversioned_calls=self.unversioned)
+        return AssembledSequence(tokens=self.tokens, masks=self.masks, inference_logprobs=self.logprobs, calls=self.calls,
+                                 kind=self.kind, weight_versions=sorted(self.versions), unversioned_calls=self.unversioned)
 
 
 def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
     threads: list[_Thread] = []
+    delegated: list[str] = []  # prompts handed to sub-agent tools so far
     calls = merged = breaks = failed = retried = spliced = edited = 0
     for record in sorted(records, key=lambda r: r.started_at):
         if record.status != "ok" or not record.choices:
@@ -138,19 +162,52 @@ def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
         if thread is not None:
             merged += 1
         else:
+            kind: SegmentKind = "main" if not threads else "side_call"
             if any(prompt in t.prompts for t in threads):
                 retried += 1
+                kind = "retry"
             elif record.segment == "history_edited":
-                pass  # the agent's own edit: a segment of its own, not drift
+                kind = "after_compaction"  # the agent's own edit: a segment of its own, not drift
             elif any(_starts_with(prompt, t.first_prompt) for t in threads):
                 breaks += 1
-            thread = _Thread(prompt)
+                kind = "break"
+            elif threads and any(p in _request_text(record.request) for p in delegated):
+                kind = "sub_agent"
+            thread = _Thread(prompt, kind)
             threads.append(thread)
         thread.extend(prompt, choice.completion_token_ids, choice.completion_logprobs, choice.weight_versions)
+        delegated += _sub_agent_prompts(choice.message)
     sequences = [t.sequence() for t in threads]
     return Assembly(sequences=[s for s in sequences if s.trained_tokens > 0], calls=calls, merged_calls=merged,
                     thread_breaks=breaks, failed_calls=failed, retried_calls=retried, spliced_calls=spliced,
                     edited_segments=edited)
+
+
+def _sub_agent_prompts(message: dict[str, Any]) -> list[str]:
+    prompts = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        if function.get("name") in SUB_AGENT_TOOLS:
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                continue
+            if isinstance(arguments, dict) and isinstance(arguments.get("prompt"), str) and arguments["prompt"].strip():
+                prompts.append(arguments["prompt"].strip())
+    return prompts
+
+
+def _request_text(request: dict[str, Any]) -> str:
+    """The user turns' text, whatever the dialect (chat and Anthropic ``messages``, Responses ``input``)."""
+    turns = request.get("messages") or request.get("input") or []
+    found: list[str] = []
+    for turn in turns if isinstance(turns, list) else []:
+        if not isinstance(turn, dict) or turn.get("role") != "user":
+            continue
+        content = turn.get("content")
+        parts = [content] if isinstance(content, str) else content if isinstance(content, list) else []
+        found += [p if isinstance(p, str) else str(p.get("text", "")) for p in parts if isinstance(p, str | dict)]
+    return "\n".join(found)
 
 
 def _starts_with(prompt: list[int], prefix: list[int]) -> bool:

@@ -49,7 +49,7 @@ PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 
 
-Agent = Literal["claude-code", "codex", "builtin"]
+Agent = Literal["claude-code", "claude-code-subagents", "codex", "builtin"]
 
 
 class CaptureSpec(BaseModel):
@@ -66,6 +66,8 @@ class CaptureSpec(BaseModel):
             return codex_agent(self.agent_bin or CODEX_BIN)
         if self.agent == "builtin":
             return builtin_agent(AgentLimits())
+        if self.agent == "claude-code-subagents":
+            return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN, subagents=True)
         return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN)
 
 

@@ -41,6 +41,13 @@ RECORD = "rlstack-claude-code-warm-start.json"
 """Its name from when claude-code was the only CLI agent: kept, so built demo models stay built."""
 
 
+DEFAULT_STEPS = {"claude-code": 70, "codex": 120}
+"""Warm-start steps that leave a policy sometimes right on new tasks, where GRPO has signal.
+codex needs more: its tool output starts with a random chunk id and a wall time, and after 70
+steps its second command came out garbled in most trials (`make run-agent AGENT=codex`,
+mean reward 0.03 over its first 9 steps)."""
+
+
 class CliAgentDemoSpec(BaseModel):
     capture_tasks: int = Field(default=84, ge=1)
     """Generated tasks claude-code solves with the teacher (all families in turn)."""

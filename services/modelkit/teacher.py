@@ -29,6 +29,10 @@ from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
 """The teacher's last turn: a plain answer with no tool call, which ends the agent's loop."""
+SUB_AGENT_TOOL = "Agent"
+"""claude-code's tool that opens a sub-agent thread (``Task`` in its older releases)."""
+SUB_TASK = "Sub-task: "
+"""How the teacher's delegated prompt starts, so the sub-agent's thread is told from the main one."""
 SHELL_TOOLS = {"Bash": "command", "exec_command": "cmd", "bash": "command"}
 """Each agent's shell tool and the argument holding the command line: claude-code's, codex's, the built-in agent's."""
 
@@ -111,7 +115,17 @@ class Teacher:
             commands = reference_commands(spec, "\n".join(message_text(m) for m in messages))
             offered = {t.get("function", {}).get("name") for t in body["tools"]}
             shell = next((name for name in SHELL_TOOLS if name in offered), None)
-            if shell is not None and done < len(commands):
+            delegated = any(SUB_TASK in message_text(m) for m in messages if m.get("role") == "user")
+            if SUB_AGENT_TOOL in offered and not delegated:
+                if done == 0:  # the main thread hands the task to a sub-agent, then reports its result
+                    arguments = json.dumps({"description": "Do the task", "prompt": SUB_TASK + spec.instruction.strip(),
+                                            "subagent_type": "general-purpose", "run_in_background": False})
+                    call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
+                            "function": {"name": SUB_AGENT_TOOL, "arguments": arguments}}
+                    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                else:
+                    message = {"role": "assistant", "content": FINAL_TEXT}
+            elif shell is not None and done < len(commands):
                 arguments = json.dumps({SHELL_TOOLS[shell]: commands[done]}, ensure_ascii=False)
                 call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
                         "function": {"name": shell, "arguments": arguments}}

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rlstack.common.contracts.trajectory import TRAJECTORY_STEM
 from rlstack.trainer.mismatch import Mismatch
@@ -83,6 +83,8 @@ class TrialStats(BaseModel):
     spliced_calls: int
     merge_share: float | None
     """Continued calls carried on exact ids / continued calls."""
+    segments: dict[str, int] = Field(default_factory=dict)
+    """Trained sequences by kind over all trials (main, sub_agent, side_call, after_compaction, ...)."""
 
 
 class Summary(BaseModel):
@@ -144,6 +146,7 @@ def trial_stats(trials_dir: Path | None) -> TrialStats | None:
         return None
     agents: Counter[str] = Counter()
     trials = merged = breaks = spliced = 0
+    segments: Counter[str] = Counter()
     for path in trials_dir.glob("*/*/result.json"):
         try:
             result = json.loads(path.read_text())
@@ -159,11 +162,15 @@ def trial_stats(trials_dir: Path | None) -> TrialStats | None:
         merged += int(trajectory.get("merged_calls") or 0)
         breaks += int(trajectory.get("thread_breaks") or 0)
         spliced += int(trajectory.get("spliced_calls") or 0)
+        kinds = trajectory.get("segments")
+        if isinstance(kinds, dict):
+            segments.update({str(k): int(v) for k, v in kinds.items() if isinstance(v, int)})
     if not trials:
         return None
     continued = merged + breaks
     return TrialStats(agent=agents.most_common(1)[0][0] if agents else None, trials=trials, continued_calls=continued, merged_calls=merged,
-                      thread_breaks=breaks, spliced_calls=spliced, merge_share=merged / continued if continued else None)
+                      thread_breaks=breaks, spliced_calls=spliced, merge_share=merged / continued if continued else None,
+                      segments=dict(segments))
 
 
 def _mean(values: list[float]) -> float | None:

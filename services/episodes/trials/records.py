@@ -121,6 +121,8 @@ class TrajectoryStats(BaseModel):
     """Calls the proxy sent on an earlier call's exact ids (token-in)."""
     edited_segments: int = 0
     """Calls whose history the agent itself changed (compaction): new segments, not breaks."""
+    segments: dict[str, int] = Field(default_factory=dict)
+    """Trained sequences by kind: main, sub_agent, side_call, after_compaction, retry, break."""
 
 
 class TrialResult(BaseModel):

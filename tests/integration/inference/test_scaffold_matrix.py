@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -32,7 +32,7 @@ from rlstack.episodes.agents import (
     codex_agent,
     trial_env,
 )
-from rlstack.episodes.assemble import assemble
+from rlstack.episodes.assemble import Assembly, assemble
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.harbor.make_tasks import generate, write_task
 from rlstack.episodes.sandboxes import build_sandbox
@@ -56,9 +56,9 @@ def demo_model(tmp_path_factory, claude_bin, codex_bin) -> tuple[Path, list[Path
     spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
                               tokenizer_prose_bytes=300_000,
                               batch_size=4, lr=3e-3, max_seconds=900)
-    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex")}
+    captures = {agent: root / agent for agent in ("builtin", "claude-code", "claude-code-subagents", "codex")}
     record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
-    assert record["conversations"] == 12 and record["thread_breaks"] == 0
+    assert record["conversations"] == 20 and record["thread_breaks"] == 0  # a sub-agent's thread is a conversation
     return root / "model", list(captures.values())
 
 
@@ -114,6 +114,8 @@ class Cell:
     make: Callable[[], AgentSpec]
     results: Callable[[dict], list[str]]
     """The tool-call ids a request sends back as tool results, in its dialect."""
+    segments: dict[str, int] = field(default_factory=lambda: {"main": 1})
+    """The trial's trained sequences by kind."""
 
 
 CELLS = [
@@ -121,20 +123,23 @@ CELLS = [
          lambda: builtin_agent(AgentLimits()), chat_results),
     Cell("claude-code", "`claude -p --bare --tools Bash,Read,Edit` (`--agent claude-code`)", "anthropic", True,
          lambda: claude_code_agent(), anthropic_results),
+    Cell("claude-code + sub-agent", "the same with the `Agent` tool, without `--bare` (`claude_code_agent(subagents=True)`)",
+         "anthropic", True, lambda: claude_code_agent(subagents=True), anthropic_results, {"main": 1, "sub_agent": 1}),
     Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent codex`)", "responses", True,
          lambda: codex_agent(), responses_results),
 ]
 
 
 def matrix_table() -> str:
-    rows = ["| agent | run as | dialect | streamed | trial `ok` | tool calls run (>= 2) | continued calls spliced, 0 thread breaks | reward = verifier's |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| agent | run as | dialect | streamed | segments trained | trial `ok` | tool calls run (>= 2) | continued calls spliced, 0 thread breaks | reward = verifier's |",
+            "|---|---|---|---|---|---|---|---|---|"]
     dialects = {"openai": "chat completions", "anthropic": "Anthropic messages", "responses": "Responses"}
-    rows += [f"| {c.agent} | {c.run_as} | {dialects[c.api]} | {'yes' if c.streamed else 'no'} | yes | yes | yes | yes |" for c in CELLS]
+    rows += [f"| {c.agent} | {c.run_as} | {dialects[c.api]} | {'yes' if c.streamed else 'no'} | {', '.join(f'{k} {v}' for k, v in c.segments.items())} | yes | yes | yes | yes |"
+             for c in CELLS]
     return "\n".join(rows)
 
 
-@pytest.mark.parametrize("cell", CELLS, ids=[c.agent for c in CELLS])
+@pytest.mark.parametrize("cell", CELLS, ids=[c.agent.replace(" + ", "+") for c in CELLS])
 def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, demo_proxy, claude_bin, codex_bin, tmp_path):
     """Learnt tasks in turn until one trial runs two tool calls: the policy samples at temperature 1.0
     and codex's chunk ids are new to it, so about one codex trial in twelve stops after one call
@@ -143,7 +148,6 @@ def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, de
     for spec in generate(4, 1000)[:3]:
         write_task(spec, tmp_path / "tasks")
     agent = cell.make()
-    most = 0
     for task in sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name):
         trial = f"{cell.agent}-{task.short_name}"
         env = trial_env(agent, proxy.url, "matrix", trial, "open", SERVED)
@@ -157,14 +161,15 @@ def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, de
         calls = sorted(read_trajectory(root), key=lambda r: r.started_at)
         assert calls and all(c.api == cell.api and c.status == "ok" for c in calls)
         assert all(c.streamed == cell.streamed for c in calls)
-        for call, following in zip(calls, calls[1:]):  # each call id the policy made comes back as a tool result
+        for n, call in enumerate(calls[:-1]):  # each call id the policy made comes back as a tool result
             ids = [tc["id"] for tc in call.choices[0].message.get("tool_calls") or []]
-            assert ids and set(ids) <= set(cell.results(following.request))
-        assert_one_exact_sequence(calls)
-        most = max(most, sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls))
-        if most >= 2:
+            assert set(ids) <= {i for later in calls[n + 1:] for i in cell.results(later.request)}
+        assembly = assert_exact_sequences(calls)
+        ran = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
+        if ran >= 2 and assembly.segments == cell.segments:
             break
-    assert most >= 2, f"no {cell.agent} trial ran two of the policy's tool calls"
+    else:
+        pytest.fail(f"no {cell.agent} trial ran two of the policy's tool calls in segments {cell.segments}")
 
 
 def test_the_docs_open_with_the_matrix():
@@ -172,19 +177,23 @@ def test_the_docs_open_with_the_matrix():
     assert matrix_table() in text.split("\n## ")[0], "docs/agent-trials.md: regenerate its matrix from CELLS"
 
 
-def assert_one_exact_sequence(calls: list[TrajectoryRecord]) -> None:
-    """What the env posts is vLLM's ids exactly: every continued call was sent on its thread's ids
-    (token-in), so the trial is one sequence, the last call's prompt + completion, whose trained
-    tokens are every completion the policy generated, in order."""
+def assert_exact_sequences(calls: list[TrajectoryRecord]) -> Assembly:
+    """What the env posts is vLLM's ids exactly: every call that continued a thread was sent on its
+    ids (token-in), so each thread is one sequence, its last call's prompt + completion, whose
+    trained tokens are the completions the policy generated in it, in order."""
     assert all(c.prompt_token_ids and c.choices[0].completion_token_ids for c in calls)
-    for before, after in zip(calls, calls[1:]):
-        assert after.splice is not None and after.splice.onto == before.request_id
     assembly = assemble(calls)
-    [sequence] = assembly.sequences
-    assert assembly.thread_breaks == 0 and assembly.spliced_calls == len(calls) - 1
-    assert sequence.tokens == calls[-1].prompt_token_ids + calls[-1].choices[0].completion_token_ids
-    generated = [t for c in calls for t in c.choices[0].completion_token_ids]
-    assert [t for t, m in zip(sequence.tokens, sequence.masks, strict=True) if m != MASKED] == generated
+    assert assembly.thread_breaks == 0
+    assert assembly.spliced_calls == assembly.merged_calls == len(calls) - len(assembly.sequences)
+    by_id = {c.request_id: c for c in calls}
+    for sequence in assembly.sequences:
+        last = next(c for c in calls if c.prompt_token_ids + c.choices[0].completion_token_ids == sequence.tokens)
+        thread = [last]
+        while thread[0].splice is not None:
+            thread.insert(0, by_id[thread[0].splice.onto])
+        generated = [t for c in thread for t in c.choices[0].completion_token_ids]
+        assert [t for t, m in zip(sequence.tokens, sequence.masks, strict=True) if m != MASKED] == generated
+    return assembly
 
 
 if __name__ == "__main__":

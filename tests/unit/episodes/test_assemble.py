@@ -83,3 +83,32 @@ def test_asking_the_same_prompt_again_is_a_retry_not_a_break():
     system = [1, 2, 3]
     out = assemble([call(system, [10, 2], 0.0), call(system, [11, 2], 1.0), call(system, [12, 2], 2.0)])
     assert out.retried_calls == 2 and out.thread_breaks == 0 and len(out.sequences) == 3
+
+
+def test_segments_are_told_apart_by_kind():
+    """A main thread that hands a prompt to claude-code's Agent tool, the sub-agent's thread (its
+    request carries that prompt), a side call, and the main thread going on after the result."""
+    import json
+
+    def with_(record: TrajectoryRecord, message: dict | None = None, user: str | None = None) -> TrajectoryRecord:
+        if message is not None:
+            record.choices[0].message = message
+        if user is not None:
+            record.request = {"messages": [{"role": "system", "content": "x"},
+                                           {"role": "user", "content": [{"type": "text", "text": user}]}]}
+        return record
+
+    agent_call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "Agent", "arguments": json.dumps({"description": "d", "prompt": "Sub-task: sum the numbers"})}}]}
+    main, sub, side = [1, 2, 3], [7, 8, 9], [30, 31]
+    records = [
+        with_(call(main, [10, 2], 0.0), agent_call, user="Sum the numbers."),
+        with_(call(sub, [20, 2], 1.0), user="<system-reminder>env</system-reminder>\nSub-task: sum the numbers"),
+        call(sub + [20, 2, 60], [21, 2], 2.0),
+        with_(call(side, [40, 2], 3.0), user="Write a title for: Sum the numbers."),
+        call(main + [10, 2, 61], [11, 2], 4.0),
+    ]
+    out = assemble(records)
+    assert [s.kind for s in out.sequences] == ["main", "sub_agent", "side_call"]
+    assert out.segments == {"main": 1, "sub_agent": 1, "side_call": 1} and out.thread_breaks == 0
+    assert out.stats().segments == out.segments and out.merged_calls == 2

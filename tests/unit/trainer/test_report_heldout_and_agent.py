@@ -19,9 +19,10 @@ def write_result(root, trial: str, agent: str, trajectory: dict | None) -> None:
 
 
 def test_merge_share_is_continued_calls_on_exact_ids_over_continued_calls(tmp_path):
-    write_result(tmp_path, "a", "builtin", {"calls": 4, "merged_calls": 3, "thread_breaks": 0, "spliced_calls": 3})
+    write_result(tmp_path, "a", "builtin", {"calls": 4, "merged_calls": 3, "thread_breaks": 0, "spliced_calls": 3,
+                                            "segments": {"main": 1, "sub_agent": 1}})
     write_result(tmp_path, "b", "builtin", {"calls": 3, "merged_calls": 1, "thread_breaks": 1})  # no spliced_calls yet
-    write_result(tmp_path, "c", "mini", {"calls": 1, "merged_calls": 0, "thread_breaks": 0})
+    write_result(tmp_path, "c", "mini", {"calls": 1, "merged_calls": 0, "thread_breaks": 0, "segments": {"main": 1}})
     write_result(tmp_path, "d", "builtin", None)  # stopped before assembly: not counted
     (tmp_path / "run" / "e").mkdir()
     (tmp_path / "run" / "e" / "result.json").write_text("{half")  # being written
@@ -29,6 +30,7 @@ def test_merge_share_is_continued_calls_on_exact_ids_over_continued_calls(tmp_pa
     assert stats.agent == "builtin" and stats.trials == 3
     assert (stats.continued_calls, stats.merged_calls, stats.thread_breaks, stats.spliced_calls) == (5, 4, 1, 3)
     assert stats.merge_share == pytest.approx(0.8)
+    assert stats.segments == {"main": 2, "sub_agent": 1}  # trials written before segments were counted add none
 
 
 def test_a_run_without_agent_trials_has_no_agent_figures(tmp_path):
