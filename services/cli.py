@@ -79,11 +79,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def show_summary(run_dir: Path) -> None:
+    """The trainer's summary, with the launcher's restarts added (``{}``: none died)."""
     import json
 
     summary = run_dir / "summary.json"
     if summary.exists():
         data = json.loads(summary.read_text())
+        restarts = run_dir / "restarts.json"
+        data["restarts"] = json.loads(restarts.read_text()) if restarts.exists() else {}
+        summary.write_text(json.dumps(data, indent=2) + "\n")
         log.info("run finished: %s", run_dir)
         print(json.dumps(data, indent=2))
 

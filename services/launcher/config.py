@@ -14,6 +14,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
 
+class RestartPolicy(BaseModel):
+    """What a Deployment does for a container that dies: start it again, waiting longer each time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_restarts: int = Field(default=5, ge=0, le=1000)
+    """Restarts allowed in a row; one more death ends the run as a restart loop. 0: never restart."""
+    backoff_s: float = Field(default=1.0, ge=0, le=300)
+    """Wait before the first restart; doubled for each further one in a row."""
+    max_backoff_s: float = Field(default=30.0, ge=0, le=3600)
+    reset_after_s: float = Field(default=300.0, gt=0, le=86_400)
+    """A service that stayed up this long has its count of restarts in a row reset."""
+
+
 class ServiceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -34,6 +48,8 @@ class ServiceSpec(BaseModel):
     """Interpreter to start it with (a per-image venv such as .venv-vllm/bin/python); this one when unset."""
     status_path: str | None = None
     """JSON progress (step/steps/...) drawn as a live line while the run waits on this service."""
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    """Brought back on the same port when it dies (the ``until`` service too, unless it exits 0)."""
 
 
 class RunConfig(BaseModel):

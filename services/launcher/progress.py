@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlstack.common.auth import bearer
-from rlstack.launcher.supervisor import ServiceFailed, Supervisor, log_tail
+from rlstack.launcher.supervisor import Supervisor
 
 console = Console()
 
@@ -26,21 +26,21 @@ def _describe(status: dict) -> str:
 
 
 def wait_for(supervisor: Supervisor, name: str, poll_s: float = 1.0) -> int:
-    """Block until service ``name`` exits; returns its exit code. Any other service dying fails the run."""
-    svc = supervisor.running[name]
-    url = svc.url + svc.spec.status_path if svc.spec.status_path else None
+    """Block until service ``name`` exits 0; returns 0. Every service that dies, ``name`` too, is
+    restarted under its policy (the trainer resumes from its checkpoint); a restart loop fails the run."""
     columns = (TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("starting", total=None)
-        while svc.proc.poll() is None:
-            supervisor.check_alive(except_for=name)
-            if url:
+        while True:
+            svc = supervisor.running[name]
+            if svc.proc.poll() == 0:
+                return 0
+            supervisor.check_alive(except_for=None if svc.proc.poll() is not None else name)
+            url = svc.url + svc.spec.status_path if svc.spec.status_path else None
+            if url and svc.proc.poll() is None:
                 try:
                     status = httpx.get(url, timeout=2, headers=bearer(supervisor.token(name))).json()
                     progress.update(task, total=status.get("steps"), completed=status.get("step", 0), description=_describe(status))
                 except (httpx.HTTPError, ValueError):
                     pass
             time.sleep(poll_s)
-    if svc.proc.returncode != 0:
-        raise ServiceFailed(f"{name} exited with {svc.proc.returncode}:\n{log_tail(svc.log_path)}")
-    return svc.proc.returncode

@@ -1,14 +1,21 @@
-"""Starts services as child processes in dependency order and stops them in reverse.
+"""Starts services as child processes in dependency order, brings back one that dies, and
+stops them in reverse.
 
-Each service gets its own log file under the run directory; a service that dies is reported
-with the tail of its log (process handling is ``common.process``, shared with tests and benches).
+Each service gets its own log file under the run directory. A service that dies after it was
+ready is started again on its own port (so every other service's URLs stay right) after a
+back-off that doubles with each death in a row, as a Deployment restarts a container; one that
+dies more often than its ``restart.max_restarts`` in a row ends the run as a restart loop,
+reported with the tail of its log. Restarts are logged and written to ``<run>/restarts.json``
+(process handling is ``common.process``, shared with tests and benches).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +33,18 @@ class Running(ServiceProcess):
     """A started service and the spec it was started from."""
 
     spec: ServiceSpec | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Restarts:
+    """One service's deaths and restarts, for ``restarts.json`` and the decision to go on."""
+
+    total: int = 0
+    in_a_row: int = 0
+    due_at: float | None = None
+    """When a dead service is to be started again; None while it runs."""
+    exit_codes: list[int] = field(default_factory=list)
 
 
 class Supervisor:
@@ -37,6 +56,7 @@ class Supervisor:
         self.ports = {s.name: s.port or free_port() for s in config.services}
         self.extra_ports = {s.name: {extra: free_port() for extra in s.extra_ports} for s in config.services}
         self.tokens = RunTokens.mint() if config.auth else None
+        self.restarts: dict[str, Restarts] = {s.name: Restarts() for s in config.services}
 
     def _addresses(self) -> dict[str, SimpleNamespace]:
         return {name: SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **self.extra_ports[name])
@@ -73,9 +93,39 @@ class Supervisor:
         return self.tokens.token_for(self.running[name].spec.module) if self.tokens is not None else None
 
     def check_alive(self, except_for: str | None = None) -> None:
-        for svc in self.running.values():
-            if svc.spec.name != except_for and svc.proc.poll() is not None:
-                raise ServiceFailed(f"{svc.spec.name} died with {svc.proc.returncode}:\n{log_tail(svc.log_path)}")
+        """Restart what died and is due (never ``except_for``, whose exit the caller judges);
+        raise ``ServiceFailed`` for a service past its restarts in a row."""
+        now = time.monotonic()
+        for name, svc in list(self.running.items()):
+            if name == except_for or svc.proc.poll() is None:
+                continue
+            policy, record = svc.spec.restart, self.restarts[name]
+            if record.due_at is None:  # just found dead
+                if now - svc.started_at >= policy.reset_after_s:
+                    record.in_a_row = 0
+                record.exit_codes.append(svc.proc.returncode)
+                if record.in_a_row >= policy.max_restarts:
+                    self._save_restarts()
+                    raise ServiceFailed(f"{name} is in a restart loop: died {record.in_a_row + 1} times in a row "
+                                        f"(last exit {svc.proc.returncode}, {policy.max_restarts} restarts allowed):\n"
+                                        f"{log_tail(svc.log_path)}")
+                wait = min(policy.max_backoff_s, policy.backoff_s * 2**record.in_a_row)
+                record.due_at = now + wait
+                log.warning("%s died with %s; restarting in %.1fs (restart %d in a row)", name, svc.proc.returncode, wait,
+                            record.in_a_row + 1)
+            if now >= record.due_at:
+                record.total += 1
+                record.in_a_row += 1
+                record.due_at = None
+                with svc.log_path.open("a") as out:
+                    out.write(f"\n---- rlstack up: restart {record.total} after exit {svc.proc.returncode} ----\n")
+                self.start(svc.spec)
+                self._save_restarts()
+                log.warning("%s restarted (%d so far) and ready at %s", name, record.total, self.running[name].url)
+
+    def _save_restarts(self) -> None:
+        data = {name: {"restarts": r.total, "exit_codes": r.exit_codes} for name, r in self.restarts.items() if r.exit_codes}
+        (self.run_dir / "restarts.json").write_text(json.dumps(data, indent=2) + "\n")
 
     def stop_all(self, grace_s: float = 60.0) -> dict[str, int]:
         """SIGTERM in reverse start order; returns each service's exit code. The grace outlasts the
