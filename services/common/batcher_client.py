@@ -68,10 +68,12 @@ class BatcherClient:
         """One try: callers poll this and decide themselves how to wait out an outage."""
         return EnvStatus.model_validate_json((await self._call("GET", "/status-env", attempts=1, json={"env_id": env_id})).content)
 
-    async def post_group(self, group: ScoredData | dict[str, Any]) -> None:
+    async def post_group(self, group: ScoredData | dict[str, Any], key: str | None = None) -> None:
+        """``key``: the group's ``Idempotency-Key`` when the caller keeps it across its own restarts."""
         body = group.model_dump(exclude_none=True) if isinstance(group, ScoredData) else group
         # One key for every retry of this post: an answer lost after the batcher logged it must not land the group twice.
-        await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+        await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body,
+                         headers={"Idempotency-Key": key or uuid.uuid4().hex})
 
     async def batch(self) -> list[dict[str, Any]] | None:
         """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready."""

@@ -31,9 +31,11 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rlstack.common.auth import bearer
+from rlstack.common.batcher_client import BatcherRefused
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.runner import EnvMetrics, EnvRunner
+from rlstack.envs.journal import TrialEntry, TrialJournal
+from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
 from rlstack.episodes.agents import (
     AgentLimits,
     builtin_agent,
@@ -88,6 +90,10 @@ class AgentMetrics:
                                          "thread (after a thread break, side calls), not posted", ["env"], registry=registry)
         self.staleness_waits = Counter("rlstack_env_staleness_waits", "Groups held back at start because the "
                                        "policy would be too far ahead", ["env"], registry=registry)
+        self.trials_abandoned = Counter("rlstack_env_trials_abandoned", "Finished trials of groups a killed env server "
+                                        "left unfinished, abandoned at restart (listed with the reason)", ["env"], registry=registry)
+        self.groups_recovered = Counter("rlstack_env_groups_recovered", "Groups a killed env server built, posted "
+                                        "after its restart under their journaled key", ["env"], registry=registry)
 
 
 class NoHeldOutTasks(LookupError):
@@ -158,6 +164,10 @@ class AgentEnvRunner(EnvRunner):
         self.instance = secrets.token_hex(3)
         """In every trial id: a restarted env never reuses a trial directory."""
         self.evaluations = itertools.count()
+        self.journal = TrialJournal((settings.journal_dir or settings.trials_dir.parent / "env-journal").resolve(),
+                                    f"{settings.run_id}-{settings.name}", self.instance)
+        self._journaled: dict[int, tuple[str, str]] = {}
+        """id(group body) -> (group, Idempotency-Key), from its ``ready`` entry to its post."""
         self._limit: int | None = None
 
     def _agent_spec(self) -> AgentSpec:
@@ -212,10 +222,15 @@ class AgentEnvRunner(EnvRunner):
         await self._wait_for_staleness_room()
         number = next(self.groups)
         self.groups_started += 1
+        group_id = f"{trial}-{self.instance}-g{number}"
         try:
-            outcomes = await asyncio.gather(*(self._scored_trial(problem, f"{trial}-{self.instance}-g{number}-t{i}")
+            outcomes = await asyncio.gather(*(self._journaled_trial(problem, group_id, f"{group_id}-t{i}")
                                               for i in range(self.s.group_size)))
-            return self._group(problem, outcomes)
+            group = self._group(problem, outcomes)
+            key = self.journal.new_key()
+            self.journal.ready(group_id, key, group)
+            self._journaled[id(group)] = (group_id, key)
+            return group
         except BaseException:
             self.groups_started -= 1  # a dropped group never reaches the trainer
             raise
@@ -236,6 +251,58 @@ class AgentEnvRunner(EnvRunner):
                 waited = True
             await asyncio.sleep(0.5)
 
+    async def _journaled_trial(self, task: HarborTask, group: str, trial: str) -> TrialOutcome:
+        """A scored trial counts as finished once the journal holds it."""
+        outcome = await self._scored_trial(task, trial)
+        self.journal.trial(TrialEntry(group=group, trial=outcome.result.trial, task=task.short_name,
+                                      status=outcome.result.status.value, reward=outcome.result.reward,
+                                      trial_dir=str(TrialPaths.of(self.s.trials_dir, self.s.run_id, outcome.result.trial).root)))
+        return outcome
+
+    async def post(self, group: dict) -> None:
+        """Post under the key journaled with the group; a batcher that is away is waited for, since the
+        group's trials are done and cannot be run again for nothing; a refusal settles it."""
+        group_id, key = self._journaled.pop(id(group), (None, None))
+        try:
+            while True:
+                try:
+                    await self.batcher.post_group(group, key=key)
+                    break
+                except httpx.HTTPError as exc:  # away or failing (a 4xx is BatcherRefused: settled below)
+                    log.warning("group %s: batcher unavailable (%r); posting again in %.0fs", group_id, exc, BATCHER_RETRY_SECONDS)
+                    await asyncio.sleep(BATCHER_RETRY_SECONDS)
+            self.metrics.groups_posted.labels(self.s.name).inc()
+        finally:
+            if group_id is not None:
+                self.journal.posted(group_id)  # landed or refused: settled either way
+
+    async def recover(self) -> None:
+        """Take over the journals of killed predecessors (same run and name, lock free): post the groups
+        they built but may not have posted (same keys: none lands twice); their unfinished groups'
+        trials are abandoned, each recorded with why."""
+        if not self.journal.hold():
+            raise RuntimeError(f"{self.journal.path} is held by a live process")
+        for orphan in self.journal.orphans():
+            pending = orphan.pending()
+            if pending.abandoned:
+                self.am.trials_abandoned.labels(self.s.name).inc(len(pending.abandoned))
+                log.warning("%s: %d finished trial(s) of unfinished groups abandoned (listed in %s)", orphan.path.name,
+                            len(pending.abandoned), orphan.abandoned_path)
+            for entry in pending.to_post:
+                # The body as journaled, its env id too (the batcher keeps every env's slot): the batcher
+                # knows a key by the body's digest, so only the same bytes find the group it already took.
+                try:  # a batcher that is away fails the start: the restarted server takes the journal over again
+                    await self.batcher.post_group(entry.body, key=entry.key)
+                except BatcherRefused as exc:
+                    log.warning("group %s of %s refused after the restart, dropped: %s", entry.group, orphan.path.name, exc)
+                    self.metrics.groups_dropped.labels(self.s.name).inc()
+                else:
+                    self.am.groups_recovered.labels(self.s.name).inc()
+                    self.metrics.groups_posted.labels(self.s.name).inc()
+                    log.info("group %s of %s posted after the restart (key %s)", entry.group, orphan.path.name, entry.key)
+                orphan.posted(entry.group)
+            orphan.remove()
+
     async def _scored_trial(self, task: HarborTask, trial: str) -> TrialOutcome:
         outcome = None
         for attempt in range(1, self.s.trial_retries + 2):
@@ -254,7 +321,7 @@ class AgentEnvRunner(EnvRunner):
             key = self._trial_key(trial, trial_key_ttl(task, self.s.agent_timeout_seconds))
             env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name)
             spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
-                             agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root])
+                             agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root, self.journal.directory])
             self.am.trials_started.labels(self.s.name).inc()
             self.am.sandboxes_active.labels(self.s.name).inc()
             started = time.monotonic()

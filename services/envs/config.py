@@ -95,6 +95,9 @@ class EnvSettings(PolicySettings):
     sandbox_hide_paths: list[Path] | None = None
     """local: host paths the sandbox covers with an empty tmpfs; unset: home directories, the checkout's
     runs/ and data/, the example tasks' tests and solutions (the dataset and the run's trials always)."""
+    journal_dir: Path | None = None
+    """harbor: where the trial journal lives (finished trials and groups not yet posted, kept over a
+    kill); unset: ``env-journal`` beside ``trials_dir``. On the env's volume in a cluster."""
     trials_dir: Path = Path("trials")
     """harbor: the proxy's ``--trials-dir`` (shared): trial records and the proxy's JSONL meet here."""
     max_concurrent_trials: int = Field(default=4, ge=1, le=4096)

@@ -199,11 +199,17 @@ class EnvRunner:
                 await asyncio.sleep(1.0)
 
     async def run(self) -> None:
-        """Register, then run the workers; if one raises, the task group cancels the rest and ``run`` raises."""
+        """Register, settle what a predecessor left, then run the workers; if one raises, the task
+        group cancels the rest and ``run`` raises."""
         await self.register()
+        await self.recover()
         async with asyncio.TaskGroup() as workers:
             for i in range(self.s.workers):
                 workers.create_task(self.worker(i), name=f"worker {i}")
+
+    async def recover(self) -> None:
+        """What a restarted env server settles before new groups: nothing here (a single-turn group is
+        cheap to make again); the agent env posts the groups its journal kept."""
 
     async def aclose(self) -> None:
         for client in (self.batcher, self.proxy, self.registry):

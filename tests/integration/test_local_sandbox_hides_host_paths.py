@@ -18,7 +18,7 @@ from rlstack.episodes.harbor import HarborTask
 from rlstack.episodes.sandboxes import LocalSandboxConfig
 from rlstack.episodes.sandboxes.local import LocalSandbox
 from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 from tests.helpers.harbor_tasks import write_task
 
 LOOK = r'''
@@ -59,3 +59,51 @@ def test_the_env_servers_setting_replaces_the_default(tmp_path):
     registry = CollectorRegistry()
     default = AgentEnvRunner(EnvSettings(**settings), EnvMetrics(registry), AgentMetrics(registry))
     assert Path("/home") in default.sandbox.config.hide_paths and REPO / "runs" in default.sandbox.config.hide_paths
+
+
+FORGE = r'''
+import json, os, sys
+journal = sys.argv[1]
+seen = sorted(os.listdir(journal)) if os.path.isdir(journal) else None
+forged = {"kind": "ready", "group": "forged", "key": "k" * 32, "body": {"tokens": [[1]], "masks": [[1]], "scores": [1.0]}}
+try:
+    with open(os.path.join(journal, "r-agent-env.dead.jsonl"), "a") as f:
+        f.write(json.dumps(forged) + "\n")
+    wrote = True
+except OSError:
+    wrote = False
+open("/logs/agent/forge.json", "w").write(json.dumps({"seen": seen, "wrote": wrote}))
+'''
+
+
+def test_an_agent_cannot_read_or_forge_the_env_servers_trial_journal(tmp_path):
+    """The journal is what a restarted env posts to the trainer: a ``ready`` line an agent could write
+    would train the policy on a group of the agent's making. A real trial of the env server's own
+    ``_trial`` (its private paths), the agent trying both, and the journal unchanged outside."""
+    from tests.helpers.harbor_tasks import write_task as write
+
+    write(tmp_path / "tasks" / "forge", files={"forge.py": FORGE})
+    # In the checkout, which the sandbox shows (its runtime lives there): /tmp is covered anyway
+    journal = REPO / ".cache" / f"journal-attack-{tmp_path.name}-{__import__('os').getpid()}"
+    try:
+        attack(tmp_path, journal, write)
+    finally:
+        __import__("shutil").rmtree(journal, ignore_errors=True)
+
+
+def attack(tmp_path: Path, journal: Path, write) -> None:  # noqa: ANN001
+    settings = EnvSettings(task="harbor", tasks_dir=tmp_path / "tasks", run_id="r", name="agent-env", journal_dir=journal,
+                           trials_dir=tmp_path / "trials", agent="command",
+                           agent_command=f"{sys.executable} /app/forge.py {journal}", proxy_url=f"http://127.0.0.1:{free_port()}")
+    registry = CollectorRegistry()
+    runner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))
+    assert runner.journal.hold()  # as the env server does before its first trial
+    runner.journal.trial(__import__("rlstack.envs.journal", fromlist=["TrialEntry"]).TrialEntry(
+        group="g0", trial="t0", task="forge", status="ok", reward=1.0, trial_dir="/x"))
+    before = {p.name: p.read_bytes() for p in journal.iterdir()}
+    [task] = runner.task.dataset.tasks
+    asyncio.run(runner._trial(task, "forge-t0", 1))
+    report = json.loads((tmp_path / "trials" / "r" / "forge-t0" / "agent" / "forge.json").read_text())
+    assert report["seen"] in ([], None)  # covered: empty, or not there at all
+    assert {p.name: p.read_bytes() for p in journal.iterdir()} == before  # nothing written outside
+    assert runner.journal.orphans() == []

@@ -268,6 +268,9 @@ def test_agent_values_run_trials_as_pods_on_the_shared_trials_volume():
     values = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert values["RLSTACK_ENV_TASK"] == "harbor" and values["RLSTACK_ENV_SANDBOX"] == "kubernetes"
     assert values["RLSTACK_ENV_TRIALS_DIR"] == "/data/trials" and values["RLSTACK_ENV_SANDBOX_TRIALS_SUBPATH"] == "trials"
+    # the trial journal: on the volume (it outlives the pod), outside the subpath trial pods mount (an
+    # agent that could write a "ready" line would post a group of its own making)
+    assert values["RLSTACK_ENV_JOURNAL_DIR"] == "/data/env-journal"
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
     assert values["RLSTACK_ENV_SANDBOX_CLAIM"] == claim  # trial pods mount the claim the env server reads
     assert values["RLSTACK_ENV_SANDBOX_IMAGE"] == spec["containers"][0]["image"]

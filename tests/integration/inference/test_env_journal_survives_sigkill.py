@@ -1,0 +1,95 @@
+"""An agent env server SIGKILLed after it finished a group's trials and before the batcher took
+the group loses nothing and posts nothing twice: its journal holds the group, a restarted env
+server posts it under the same Idempotency-Key, and a post the batcher had already taken is not
+taken again. Real processes: registry, vLLM replica, LiteLLM proxy, batcher, env server (the
+built-in agent in bubblewrap sandboxes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from rlstack.common.process import ServiceProcess
+from tests.conftest import REPO, start_service
+from tests.integration.inference.conftest import SECRET
+
+RUN = "journal"
+
+
+def env_server(registry, proxy, batcher: ServiceProcess, journal: Path, logs: Path) -> ServiceProcess:  # noqa: ANN001
+    return start_service("envs", [
+        "--task", "harbor", "--tasks-dir", str(REPO / "examples" / "tasks"), "--agent", "builtin", "--sandbox", "local",
+        "--agent-max-turns", "1", "--max-tokens", "8", "--trials-dir", str(proxy.trials_dir), "--journal-dir", str(journal),
+        "--batcher-url", batcher.url, "--proxy-url", proxy.url, "--registry-url", registry.url, "--run-id", RUN,
+        "--name", "journal-env", "--group-size", "2", "--workers", "1", "--max-concurrent-trials", "1",
+        "--trial-key-secret", SECRET, "--trial-retries", "3"], logs, ready_timeout=120)
+
+
+def entries(journal: Path) -> list[dict]:
+    """Every journal line of the run's env servers, the killed ones' and the live one's."""
+    lines = [line for path in sorted(journal.glob(f"{RUN}-journal-env.*.jsonl")) if not path.name.endswith("abandoned.jsonl")
+             for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+
+def wait_until(condition, timeout: float = 180):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+    return value
+
+
+def landed(batcher_dir: Path, key: str) -> int:
+    """How many groups the batcher logged under ``key`` (each record of its WAL names its key)."""
+    wal = batcher_dir / "batcher.wal"
+    return wal.read_bytes().count(key.encode()) if wal.exists() else 0
+
+
+def test_a_killed_env_server_posts_its_finished_group_once(registry, replica, proxy, stack_logs, tmp_path):
+    batcher_dir, journal = tmp_path / "batcher", tmp_path / "journal"
+    batcher = start_service("batcher", ["--data-dir", str(batcher_dir)], stack_logs)
+    httpx.post(f"{batcher.url}/register", json={"batch_size": 64, "max_token_len": 32768, "batch_fill": "at_least"},
+               timeout=10).raise_for_status()
+    env = env_server(registry, proxy, batcher, journal, stack_logs)
+    try:
+        wait_until(lambda: any(e["kind"] == "trial" for e in entries(journal)))
+        os.kill(batcher.proc.pid, signal.SIGSTOP)  # the group's post will hang: the batcher never answers
+        ready = wait_until(lambda: next((e for e in entries(journal) if e["kind"] == "ready"), None))
+        os.kill(env.proc.pid, signal.SIGKILL)
+        env.proc.wait(10)
+    finally:
+        os.kill(batcher.proc.pid, signal.SIGCONT)
+    assert not any(e["kind"] == "posted" and e["group"] == ready["group"] for e in entries(journal))
+    finished = [e for e in entries(journal) if e["kind"] == "trial"]
+    assert len([e for e in finished if e["group"] == ready["group"]]) == 2
+    [killed] = journal.glob(f"{RUN}-journal-env.*.jsonl")
+
+    env = env_server(registry, proxy, batcher, journal, stack_logs)  # the same name and run: it takes the journal over
+    try:
+        wait_until(lambda: not killed.exists())  # settled and removed
+        time.sleep(1)  # a hung post of the killed process could only land now: it did not (it never reached the batcher's log)
+        assert landed(batcher_dir, ready["key"]) == 1
+    finally:
+        env.terminate()
+
+    # Killed after the batcher took the group but before the journal said so: posted again, taken once.
+    replayed = journal / f"{RUN}-journal-env.replayed.jsonl"
+    replayed.write_text(json.dumps({"kind": "ready", "group": ready["group"], "key": ready["key"], "body": ready["body"]}) + "\n")
+    env = env_server(registry, proxy, batcher, journal, stack_logs)
+    try:
+        wait_until(lambda: not replayed.exists())
+        assert landed(batcher_dir, ready["key"]) == 1
+    finally:
+        env.terminate()
+        batcher.terminate()
+    abandoned = journal / f"{RUN}-journal-env.abandoned.jsonl"
+    others = {e["trial"] for e in finished if e["group"] != ready["group"]}
+    listed = {json.loads(line)["trial"] for line in abandoned.read_text().splitlines()} if abandoned.exists() else set()
+    assert others <= listed  # any other finished trial of an unfinished group: abandoned, with its reason

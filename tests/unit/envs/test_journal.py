@@ -1,0 +1,75 @@
+"""The trial journal: what a killed env server leaves is posted once or abandoned with a reason."""
+
+from rlstack.envs.journal import TrialEntry, TrialJournal
+
+
+def trial(group: str, n: int, reward: float = 1.0) -> TrialEntry:
+    return TrialEntry(group=group, trial=f"{group}-t{n}", task="sum", status="ok", reward=reward, trial_dir=f"/t/{group}-t{n}")
+
+
+def test_a_restart_reposts_ready_groups_and_abandons_unfinished_ones(tmp_path):
+    journal = TrialJournal(tmp_path, "run-env", "dead1")
+    for n in range(2):
+        journal.trial(trial("g0", n))
+    journal.ready("g0", "key-0", {"tokens": [[1]], "scores": [1.0]})
+    journal.posted("g0")  # landed: settled
+    for n in range(2):
+        journal.trial(trial("g1", n))
+    journal.ready("g1", "key-1", {"tokens": [[2]], "scores": [0.0]})  # killed before the batcher answered
+    journal.trial(trial("g2", 0, reward=0.5))  # killed while g2's other trial ran
+    with journal.path.open("a") as f:
+        f.write('{"kind": "trial", "group": "g3", "tri')  # a line the kill cut short
+
+    live = TrialJournal(tmp_path, "run-env", "live1")
+    assert live.hold()
+    [after] = live.orphans()  # the dead writer's lock is free: this process takes its journal over
+    assert after.path == journal.path and live.orphans() == []  # held now: nobody else takes it
+    pending = after.pending()
+    assert [(e.group, e.key, e.body) for e in pending.to_post] == [("g1", "key-1", {"tokens": [[2]], "scores": [0.0]})]
+    assert [(a.trial, a.reward) for a in pending.abandoned] == [("g2-t0", 0.5)]
+    assert "before every trial of its group was scored" in pending.abandoned[0].reason
+    assert [a.trial for a in after.abandoned()] == ["g2-t0"]  # recorded for good, not only returned
+
+    again = TrialJournal(tmp_path, "run-env", "dead1").pending()  # rewritten to what is unsettled
+    assert [e.group for e in again.to_post] == ["g1"] and again.abandoned == []
+    after.posted("g1")
+    assert TrialJournal(tmp_path, "run-env", "dead1").pending().to_post == []
+    after.remove()
+    assert not journal.path.exists() and live.orphans() == []
+
+
+def test_the_journal_stays_bounded_to_groups_in_flight(tmp_path):
+    journal = TrialJournal(tmp_path, "run-env", "one", max_bytes=2000)
+    for g in range(50):
+        journal.trial(trial(f"g{g}", 0))
+        journal.ready(f"g{g}", f"k{g}", {"tokens": [[g] * 20]})
+        journal.posted(f"g{g}")
+    journal.trial(trial("live", 0))
+    assert journal.path.stat().st_size < 2000 + 1000
+    assert TrialJournal(tmp_path, "run-env", "one").pending().abandoned[0].trial == "live-t0"
+
+
+def test_a_journal_that_was_never_written_settles_nothing_and_writes_nothing(tmp_path):
+    journal = TrialJournal(tmp_path / "env-journal", "run-env")
+    pending = journal.pending()
+    assert pending.to_post == [] and pending.abandoned == [] and not (tmp_path / "env-journal").exists()
+
+
+def test_a_live_writers_journal_is_never_taken_over(tmp_path):
+    import subprocess
+    import sys
+
+    journal = TrialJournal(tmp_path, "run-env", "alive")
+    journal.trial(trial("g0", 0))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"), str(journal.path.with_suffix(".lock"))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        other = TrialJournal(tmp_path, "run-env", "newcomer")
+        assert other.hold() and other.orphans() == []  # another process is writing that one
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [j.path for j in other.orphans()] == [journal.path]  # its writer died: now it is an orphan
