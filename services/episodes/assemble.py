@@ -38,7 +38,6 @@ from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import TrajectoryRecord
 from rlstack.episodes.trials.records import TrajectoryStats
 
-
 SegmentKind = Literal["main", "sub_agent", "side_call", "after_compaction", "retry", "break"]
 SUB_AGENT_TOOLS = frozenset({"Agent", "Task"})
 """Tools whose call opens a sub-agent thread (claude-code's; ``Task`` in its older releases)."""
