@@ -177,7 +177,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
                           served_model_name=args.served_model_name, trial_key=args.trial_key, run_prefix=args.run_prefix,
-                          namespace=args.namespace, kube_api_url=args.kube_api_url, probe_image=args.probe_image)
+                          namespace=args.namespace, kube_api_url=args.kube_api_url, probe_image=args.probe_image,
+                          run_dir=args.run_dir)
     checks = run_checks(config)
     table = Table(title="rlstack doctor")
     for col in ("check", "ok", "detail", "likely cause / remedy"):
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
     doctor.add_argument("--served-model-name", "--served-model", dest="served_model_name", default=SERVED_MODEL_NAME,
                         help="the name the replicas serve the policy under (--served-model: its old name)")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
+    doctor.add_argument("--run-dir", type=Path, default=Path("runs/latest"),
+                        help="a local run (rlstack up): names a service in a restart loop from its restarts.json")
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")
     doctor.add_argument("--namespace")
     doctor.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")

@@ -124,7 +124,8 @@ class Supervisor:
                 log.warning("%s restarted (%d so far) and ready at %s", name, record.total, self.running[name].url)
 
     def _save_restarts(self) -> None:
-        data = {name: {"restarts": r.total, "exit_codes": r.exit_codes} for name, r in self.restarts.items() if r.exit_codes}
+        data = {name: {"restarts": r.total, "in_a_row": r.in_a_row, "exit_codes": r.exit_codes}
+                for name, r in self.restarts.items() if r.exit_codes}
         (self.run_dir / "restarts.json").write_text(json.dumps(data, indent=2) + "\n")
 
     def stop_all(self, grace_s: float = 60.0) -> dict[str, int]:

@@ -14,8 +14,8 @@ import secrets
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -27,6 +27,8 @@ from rlstack.common.contracts.atropos import Status
 from rlstack.common.contracts.registry import EndpointList
 from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.registry_client import RegistryClient
+from rlstack.ops.checks import Check
+from rlstack.ops.restart_loops import check_local_restarts, check_pod_restarts
 
 if TYPE_CHECKING:
     from lightkube.resources.core_v1 import Pod
@@ -52,17 +54,13 @@ class DoctorConfig(BaseModel):
     stuck_after_s: float = 600.0
     leaked_after_s: float = 900.0
     """A finished sandbox still there this long after it ended was not reaped (the reaper's grace is 300 s)."""
+    run_dir: Path | None = None
+    """A local run's directory (``rlstack up``): its ``restarts.json`` names a service in a restart loop."""
     probe_image: str | None = None
     """Check that NetworkPolicies are enforced: a pod labelled as a sandbox, in this image (python3), tries
     vLLM's port on a registered replica; it must not get through (needs create/watch/delete on pods)."""
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    remedy: str = ""
 
 
 def _url(base: HttpUrl, path: str) -> str:
@@ -338,5 +336,8 @@ def check_network_policies(c: DoctorConfig) -> Check | None:
 def run_checks(c: DoctorConfig) -> list[Check]:
     with httpx.Client(timeout=c.timeout_s) as client:
         checks = [check_proxy_alive(c, client), check_ping(c, client), check_replicas(c, client), check_batcher(c, client)]
-    checks += [x for x in (check_gpus(), check_claims(c), check_sandboxes(c), check_network_policies(c)) if x is not None]
+    checks += [x for x in (check_gpus(), check_claims(c), check_sandboxes(c), check_network_policies(c),
+                           check_local_restarts(c.run_dir)) if x is not None]
+    if c.run_prefix is not None:  # cluster access: the release's pods
+        checks.append(check_pod_restarts(c.kube_api_url, c.namespace))
     return checks

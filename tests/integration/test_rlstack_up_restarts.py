@@ -57,7 +57,7 @@ def test_a_killed_service_comes_back_on_its_port_and_is_counted(tmp_path):
         assert httpx.get(f"{url}/v1/endpoints", timeout=5).status_code == 200
         assert up.poll() is None  # the run went on
         restarts = json.loads((run / "restarts.json").read_text())
-        assert restarts == {"registry": {"restarts": 1, "exit_codes": [-9]}}
+        assert restarts == {"registry": {"restarts": 1, "in_a_row": 1, "exit_codes": [-9]}}
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(60)
