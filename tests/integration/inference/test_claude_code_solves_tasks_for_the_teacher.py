@@ -52,3 +52,21 @@ def test_claude_code_runs_the_teachers_tool_calls_through_the_proxy(claude_bin, 
     tokenizer.chat_template = TEMPLATE.read_text()
     prompt = tokenizer(render_prompt(tokenizer, threads[0][0]["request"]), add_special_tokens=False)["input_ids"]
     assert len(prompt) < 400 < DEFAULT_FIRST_PROMPT_TOKENS
+
+
+def test_claude_codes_sub_agent_runs_the_teachers_tool_calls_in_a_thread_of_its_own(claude_bin, tmp_path):
+    """The sub-agent preset (``--tools Bash,Read,Edit,Agent``): the main thread hands the task to a
+    sub-agent with claude-code's ``Agent`` tool, the sub-agent's own thread runs the two ``Bash``
+    calls, and the main thread ends once the sub-agent's result is back."""
+    tasks = [t for t in generate(7, seed=1000) if t.name.startswith("sum-numbers")][:1]
+    result = capture(tasks, tmp_path, CaptureSpec(concurrency=1, agent="claude-code-subagents", agent_bin=Path(claude_bin)))
+    assert result.ok == 1 and result.solved == 1, result.statuses
+
+    threads = conversations(load_exchanges(tmp_path / "exchanges.jsonl"))
+    calls_by_thread = [[tc["function"]["name"] for e in t for tc in e["response"].get("tool_calls") or []] for t in threads]
+    assert ["Agent"] in calls_by_thread and ["Bash", "Bash"] in calls_by_thread, calls_by_thread
+    main = threads[calls_by_thread.index(["Agent"])]
+    sub = threads[calls_by_thread.index(["Bash", "Bash"])]
+    prompt = json.loads(main[0]["response"]["tool_calls"][0]["function"]["arguments"])["prompt"]
+    assert prompt in "\n".join(message_text(m) for m in sub[0]["request"]["messages"] if m["role"] == "user")
+    assert main[-1]["response"]["content"] == "Done." and len(main) == 2  # after the sub-agent's result came back

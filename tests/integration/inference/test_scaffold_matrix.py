@@ -56,9 +56,9 @@ def demo_model(tmp_path_factory, claude_bin, codex_bin) -> tuple[Path, list[Path
     spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
                               tokenizer_prose_bytes=300_000,
                               batch_size=4, lr=3e-3, max_seconds=900)
-    captures = {agent: root / agent for agent in ("builtin", "claude-code", "claude-code-subagents", "codex")}
+    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex")}
     record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
-    assert record["conversations"] == 20 and record["thread_breaks"] == 0  # a sub-agent's thread is a conversation
+    assert record["conversations"] == 12 and record["thread_breaks"] == 0
     return root / "model", list(captures.values())
 
 
@@ -123,8 +123,6 @@ CELLS = [
          lambda: builtin_agent(AgentLimits()), chat_results),
     Cell("claude-code", "`claude -p --bare --tools Bash,Read,Edit` (`--agent claude-code`)", "anthropic", True,
          lambda: claude_code_agent(), anthropic_results),
-    Cell("claude-code + sub-agent", "the same with the `Agent` tool, without `--bare` (`claude_code_agent(subagents=True)`)",
-         "anthropic", True, lambda: claude_code_agent(subagents=True), anthropic_results, {"main": 1, "sub_agent": 1}),
     Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent codex`)", "responses", True,
          lambda: codex_agent(), responses_results),
 ]
