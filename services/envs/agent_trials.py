@@ -231,8 +231,10 @@ class AgentEnvRunner(EnvRunner):
             self.journal.ready(group_id, key, group)
             self._journaled[id(group)] = (group_id, key)
             return group
-        except BaseException:
+        except BaseException as exc:
             self.groups_started -= 1  # a dropped group never reaches the trainer
+            if not isinstance(exc, asyncio.CancelledError):  # a stop leaves it to the next start's recovery
+                self.journal.dropped(group_id, f"group dropped: {exc}"[:500])
             raise
 
     async def _wait_for_staleness_room(self) -> None:
@@ -263,18 +265,20 @@ class AgentEnvRunner(EnvRunner):
         """Post under the key journaled with the group; a batcher that is away is waited for, since the
         group's trials are done and cannot be run again for nothing; a refusal settles it."""
         group_id, key = self._journaled.pop(id(group), (None, None))
-        try:
-            while True:
-                try:
-                    await self.batcher.post_group(group, key=key)
-                    break
-                except httpx.HTTPError as exc:  # away or failing (a 4xx is BatcherRefused: settled below)
-                    log.warning("group %s: batcher unavailable (%r); posting again in %.0fs", group_id, exc, BATCHER_RETRY_SECONDS)
-                    await asyncio.sleep(BATCHER_RETRY_SECONDS)
-            self.metrics.groups_posted.labels(self.s.name).inc()
-        finally:
-            if group_id is not None:
-                self.journal.posted(group_id)  # landed or refused: settled either way
+        while True:
+            try:
+                await self.batcher.post_group(group, key=key)
+                break
+            except BatcherRefused as exc:  # settled: its trials are listed as abandoned with the refusal
+                if group_id is not None:
+                    self.journal.dropped(group_id, f"refused by the batcher: {exc}"[:500])
+                raise
+            except httpx.HTTPError as exc:  # away or failing
+                log.warning("group %s: batcher unavailable (%r); posting again in %.0fs", group_id, exc, BATCHER_RETRY_SECONDS)
+                await asyncio.sleep(BATCHER_RETRY_SECONDS)
+        self.metrics.groups_posted.labels(self.s.name).inc()
+        if group_id is not None:
+            self.journal.posted(group_id)
 
     async def recover(self) -> None:
         """Take over the journals of killed predecessors (same run and name, lock free): post the groups
@@ -296,11 +300,12 @@ class AgentEnvRunner(EnvRunner):
                 except BatcherRefused as exc:
                     log.warning("group %s of %s refused after the restart, dropped: %s", entry.group, orphan.path.name, exc)
                     self.metrics.groups_dropped.labels(self.s.name).inc()
+                    orphan.dropped(entry.group, f"refused by the batcher after a restart: {exc}"[:500])
                 else:
                     self.am.groups_recovered.labels(self.s.name).inc()
                     self.metrics.groups_posted.labels(self.s.name).inc()
                     log.info("group %s of %s posted after the restart (key %s)", entry.group, orphan.path.name, entry.key)
-                orphan.posted(entry.group)
+                    orphan.posted(entry.group)
             orphan.remove()
 
     async def _scored_trial(self, task: HarborTask, trial: str) -> TrialOutcome:

@@ -8,7 +8,9 @@ the step it records goes on:
 - ``trial``: a trial was scored (its group, status, reward, trial directory);
 - ``ready``: a group was built from its trials, with the body about to be posted and the
   ``Idempotency-Key`` it is posted under;
-- ``posted``: the batcher acknowledged that group.
+- ``posted``: the batcher acknowledged that group;
+- ``dropped``: the live process gave the group up (a member could not be scored); its scored
+  trials are abandoned at once with that reason, and so is any that finishes after.
 
 On start, an env server takes over every journal of its run and name whose lock is free (its
 writer is dead: a killed process, or a pod replaced under another name), and ``pending()`` gives
@@ -59,6 +61,12 @@ class PostedEntry(BaseModel):
     group: str
 
 
+class DroppedEntry(BaseModel):
+    kind: Literal["dropped"] = "dropped"
+    group: str
+    reason: str
+
+
 class Abandoned(BaseModel):
     trial: str
     group: str
@@ -84,6 +92,9 @@ class TrialJournal:
         self.abandoned_path = directory / f"{name}.abandoned.jsonl"
         self.max_bytes = max_bytes
         self._lock: int | None = None
+        self._trials: dict[str, list[TrialEntry]] = {}
+        """This process's scored trials by group, until the group is settled."""
+        self._dropped: dict[str, str] = {}
 
     def hold(self) -> bool:
         """Take this journal's lock (kept until the process ends); False: a live process holds it."""
@@ -123,45 +134,60 @@ class TrialJournal:
         return secrets.token_hex(16)
 
     def trial(self, entry: TrialEntry) -> None:
+        if entry.group in self._dropped:  # finished after its group was given up
+            self._abandon([entry], self._dropped[entry.group])
+            return
         self._append(entry)
+        self._trials.setdefault(entry.group, []).append(entry)
 
     def ready(self, group: str, key: str, body: dict[str, Any]) -> None:
         self._append(ReadyEntry(group=group, key=key, body=body))
 
     def posted(self, group: str) -> None:
         self._append(PostedEntry(group=group))
+        self._trials.pop(group, None)
         if self.path.stat().st_size > self.max_bytes:
             self._compact()
+
+    def dropped(self, group: str, reason: str) -> None:
+        """The group will not be posted: its scored trials are listed as abandoned with ``reason``."""
+        self._dropped[group] = reason
+        self._abandon(self._trials.pop(group, []), reason)
+        self._append(DroppedEntry(group=group, reason=reason))
 
     def pending(self) -> Pending:
         """Read what a predecessor left; abandon its unfinished groups' trials (recorded with the reason)."""
         trials: dict[str, list[TrialEntry]] = {}
         ready: dict[str, ReadyEntry] = {}
-        posted: set[str] = set()
+        settled: set[str] = set()  # posted, or dropped (its trials were listed then)
         for entry in self._entries():
             if isinstance(entry, TrialEntry):
                 trials.setdefault(entry.group, []).append(entry)
             elif isinstance(entry, ReadyEntry):
                 ready[entry.group] = entry
             else:
-                posted.add(entry.group)
-        abandoned = [Abandoned(trial=t.trial, group=t.group, task=t.task, reward=t.reward,
-                               reason="the env server stopped before every trial of its group was scored")
-                     for group, members in trials.items() if group not in ready for t in members]
-        if abandoned:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with self.abandoned_path.open("a") as out:
-                out.writelines(a.model_dump_json() + "\n" for a in abandoned)
-                out.flush()
-                os.fsync(out.fileno())
-        to_post = [entry for group, entry in ready.items() if group not in posted]
-        self._rewrite(to_post)
+                settled.add(entry.group)
+        unfinished = [t for group, members in trials.items() if group not in ready and group not in settled for t in members]
+        abandoned = self._abandon(unfinished, "the env server stopped before every trial of its group was scored")
+        to_post = [entry for group, entry in ready.items() if group not in settled]
+        self._trials = {entry.group: trials.get(entry.group, []) for entry in to_post}  # for a refusal to list
+        self._rewrite([*(t for members in self._trials.values() for t in members), *to_post])
         return Pending(to_post=to_post, abandoned=abandoned)
 
     def abandoned(self) -> list[Abandoned]:
         if not self.abandoned_path.exists():
             return []
         return [Abandoned.model_validate_json(line) for line in self.abandoned_path.read_text().splitlines() if line.strip()]
+
+    def _abandon(self, trials: list[TrialEntry], reason: str) -> list[Abandoned]:
+        abandoned = [Abandoned(trial=t.trial, group=t.group, task=t.task, reward=t.reward, reason=reason) for t in trials]
+        if abandoned:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with self.abandoned_path.open("a") as out:
+                out.writelines(a.model_dump_json() + "\n" for a in abandoned)
+                out.flush()
+                os.fsync(out.fileno())
+        return abandoned
 
     def _append(self, entry: BaseModel) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -170,10 +196,10 @@ class TrialJournal:
             out.flush()
             os.fsync(out.fileno())
 
-    def _entries(self) -> list[TrialEntry | ReadyEntry | PostedEntry]:
+    def _entries(self) -> list[TrialEntry | ReadyEntry | PostedEntry | DroppedEntry]:
         if not self.path.exists():
             return []
-        kinds = {"trial": TrialEntry, "ready": ReadyEntry, "posted": PostedEntry}
+        kinds = {"trial": TrialEntry, "ready": ReadyEntry, "posted": PostedEntry, "dropped": DroppedEntry}
         entries = []
         for number, line in enumerate(self.path.read_text().splitlines(), 1):
             try:
@@ -186,7 +212,7 @@ class TrialJournal:
     def _compact(self) -> None:
         """Keep what is not settled: groups not posted yet, with their trials."""
         entries = self._entries()
-        done = {e.group for e in entries if isinstance(e, PostedEntry)}
+        done = {e.group for e in entries if isinstance(e, PostedEntry | DroppedEntry)}
         self._rewrite([e for e in entries if e.group not in done])
 
     def _rewrite(self, keep: list[BaseModel]) -> None:

@@ -34,6 +34,14 @@ def test_a_restart_reposts_ready_groups_and_abandons_unfinished_ones(tmp_path):
     assert [e.group for e in again.to_post] == ["g1"] and again.abandoned == []
     after.posted("g1")
     assert TrialJournal(tmp_path, "run-env", "dead1").pending().to_post == []
+    refused = TrialJournal(tmp_path, "run-env", "dead1")
+    refused.trial(trial("g9", 0))
+    refused.ready("g9", "key-9", {"tokens": [[9]]})
+    TrialJournal(tmp_path, "run-env", "dead1").pending()  # a restart that died too: the members stay journaled
+    refused = TrialJournal(tmp_path, "run-env", "dead1")
+    assert [e.group for e in refused.pending().to_post] == ["g9"]
+    refused.dropped("g9", "refused by the batcher after a restart: 422")
+    assert [(a.trial, a.reason[:10]) for a in refused.abandoned()] == [("g2-t0", "the env se"), ("g9-t0", "refused by")]
     after.remove()
     assert not journal.path.exists() and live.orphans() == []
 
@@ -73,3 +81,13 @@ def test_a_live_writers_journal_is_never_taken_over(tmp_path):
         holder.kill()
         holder.wait()
     assert [j.path for j in other.orphans()] == [journal.path]  # its writer died: now it is an orphan
+
+
+def test_a_dropped_group_lists_its_trials_at_once_and_settles_them(tmp_path):
+    journal = TrialJournal(tmp_path, "run-env", "live")
+    journal.trial(trial("g0", 0, reward=0.0))
+    journal.dropped("g0", "group dropped: trial g0-t1 could not be scored after 2 attempt(s)")
+    journal.trial(trial("g0", 2))  # a member that finished after its group was given up
+    assert [(a.trial, a.reason[:12]) for a in journal.abandoned()] == [("g0-t0", "group droppe"), ("g0-t2", "group droppe")]
+    pending = TrialJournal(tmp_path, "run-env", "live").pending()  # settled: not abandoned a second time
+    assert pending.to_post == [] and pending.abandoned == [] and len(journal.abandoned()) == 2
