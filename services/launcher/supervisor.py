@@ -119,9 +119,13 @@ class Supervisor:
                 record.due_at = None
                 with svc.log_path.open("a") as out:
                     out.write(f"\n---- rlstack up: restart {record.total} after exit {svc.proc.returncode} ----\n")
-                self.start(svc.spec)
+                try:
+                    self.start(svc.spec)
+                except ServiceFailed as exc:  # dead again (the next look counts it) or still not ready: no end of the run
+                    log.warning("%s did not come back ready: %s", name, str(exc).splitlines()[0])
+                else:
+                    log.warning("%s restarted (%d so far) and ready at %s", name, record.total, self.running[name].url)
                 self._save_restarts()
-                log.warning("%s restarted (%d so far) and ready at %s", name, record.total, self.running[name].url)
 
     def _save_restarts(self) -> None:
         data = {name: {"restarts": r.total, "in_a_row": r.in_a_row, "exit_codes": r.exit_codes}
