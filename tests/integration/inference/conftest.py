@@ -142,41 +142,33 @@ def proxy(registry, replica, stack_logs, tmp_path_factory) -> Iterator[ProxyHand
     svc.terminate()
 
 
-@pytest.fixture(scope="session")
-def codex_bin() -> str:
-    """codex at the pinned version: `make setup-codex` installs it; a bare checkout gets it here."""
+def npm_cli(binary: str, package: str, version: str) -> str:
+    """A pinned npm CLI under .cache/<dir>: `make setup-*` installs it; a bare checkout gets it here."""
     import shutil
     import subprocess
 
-    from rlstack.episodes.agents import CODEX_BIN, CODEX_VERSION
     from tests.conftest import REPO
 
-    binary = REPO / CODEX_BIN
-    if not binary.exists():
+    path = REPO / binary
+    if not path.exists():
         if shutil.which("npm") is None:
-            pytest.fail("npm is needed to install @openai/codex")
-        prefix = REPO / ".cache" / "codex"
+            pytest.fail(f"npm is needed to install {package}")
+        prefix = path.parents[2]  # .cache/<dir>/node_modules/.bin/<name>
         prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--no-fund", "--no-audit", "--prefix", str(prefix),
-                        f"@openai/codex@{CODEX_VERSION}"], check=True, capture_output=True, timeout=600)
-    return str(binary)
+        subprocess.run(["npm", "install", "--no-fund", "--no-audit", "--prefix", str(prefix), f"{package}@{version}"],
+                       check=True, capture_output=True, timeout=600)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def codex_bin() -> str:
+    from rlstack.episodes.agents import CODEX_BIN, CODEX_VERSION
+
+    return npm_cli(str(CODEX_BIN), "@openai/codex", CODEX_VERSION)
 
 
 @pytest.fixture(scope="session")
 def claude_bin() -> str:
-    """claude-code at the pinned version: `make setup-claude-code` installs it; a bare checkout gets it here."""
-    import shutil
-    import subprocess
-
     from rlstack.episodes.agents import CLAUDE_CODE_BIN, CLAUDE_CODE_VERSION
-    from tests.conftest import REPO
 
-    binary = REPO / CLAUDE_CODE_BIN
-    if not binary.exists():
-        if shutil.which("npm") is None:
-            pytest.fail("npm is needed to install @anthropic-ai/claude-code")
-        prefix = REPO / ".cache" / "claude-code"
-        prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--no-fund", "--no-audit", "--prefix", str(prefix),
-                        f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"], check=True, capture_output=True, timeout=600)
-    return str(binary)
+    return npm_cli(str(CLAUDE_CODE_BIN), "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION)
