@@ -15,6 +15,7 @@ from rlstack.batcher.service import BatcherService
 from rlstack.batcher.validation import GroupRejected, from_pydantic
 from rlstack.common.auth import require_bearer
 from rlstack.common.contracts.atropos import (
+    SAVED_STEP_HEADER,
     EnvIdentifier,
     EnvRegistration,
     EnvStatus,
@@ -88,7 +89,11 @@ async def info(svc: BatcherService = Depends(service)):
 @router.get("/batch")
 async def batch(request: Request) -> Response:
     require_bearer(request, request.app.state.batcher.settings.auth_token)
-    return _json(await request.app.state.batcher.next_batch())
+    raw = request.headers.get(SAVED_STEP_HEADER)
+    if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
+        raise GroupRejected(422, [{"loc": ["header", SAVED_STEP_HEADER], "msg": "must be a step number (digits)",
+                                   "type": "value_error"}], "header")
+    return _json(await request.app.state.batcher.next_batch(int(raw) if raw is not None else None))
 
 
 @router.get("/latest_example", dependencies=WRITE)

@@ -49,6 +49,13 @@ class BatchServed(BaseModel):
     group_ids: list[int]
 
 
+class StepsSaved(BaseModel):
+    """The trainer's checkpoint holds every step up to ``step``: its batches need not be served again."""
+
+    kind: Literal["saved"] = "saved"
+    step: int
+
+
 class GroupsDropped(BaseModel):
     kind: Literal["dropped"] = "dropped"
     group_ids: list[int]
@@ -56,11 +63,13 @@ class GroupsDropped(BaseModel):
 
 
 class Snapshot(BaseModel):
-    """Written first by compaction: counters that no longer follow from the records."""
+    """Written last by compaction: counters that no longer follow from the records."""
 
     kind: Literal["snapshot"] = "snapshot"
     step: int
     next_group_id: int
+    replay: list[int] = []
+    """Served steps still to be served again to a resumed trainer."""
 
 
 class DataReset(BaseModel):
@@ -76,7 +85,7 @@ class IdempotencyKeys(BaseModel):
 
 
 Event = Annotated[
-    TrainerRegistered | EnvRegistered | EnvDisconnected | BatchServed | GroupsDropped | Snapshot | DataReset
+    TrainerRegistered | EnvRegistered | EnvDisconnected | BatchServed | StepsSaved | GroupsDropped | Snapshot | DataReset
     | IdempotencyKeys,
     Field(discriminator="kind"),
 ]

@@ -24,6 +24,7 @@ from rlstack.batcher.records import (
     EnvRegistered,
     GroupsDropped,
     RecordKind,
+    StepsSaved,
     TrainerRegistered,
     decode_groups,
     decode_keyed_groups,
@@ -94,9 +95,10 @@ class BatcherService:
 
     def _snapshot_records(self) -> list[tuple[int, bytes]]:
         records = [encode_event(e) for e in self.state.snapshot_events()]
-        for group in self.state.queue.values():
+        served = (g for batch in self.state.served.values() for g in batch)
+        for group in [*self.state.queue.values(), *served]:
             records.append(encode_groups(group.group_id, group.data.model_dump_json().encode()))
-        return records
+        return records + [encode_event(e) for e in self.state.snapshot_tail()]
 
     # ----- registration -----
 
@@ -240,11 +242,19 @@ class BatcherService:
 
     # ----- batches -----
 
-    async def next_batch(self) -> bytes:
-        """The next batch as Atropos's JSON body (bytes, pre-serialised groups spliced in)."""
+    async def next_batch(self, saved_step: int | None = None) -> bytes:
+        """The next batch as Atropos's JSON body (bytes, pre-serialised groups spliced in).
+
+        ``saved_step``: the trainer's latest checkpoint, so the batches up to it are let go.
+        """
         state = self.state
         if state.trainer is None:
             return orjson.dumps(NO_TRAINER)
+        if saved_step is not None and any(step <= saved_step for step in state.served):
+            # Not waited on: a lost record only keeps batches the trainer's next registration lets go.
+            saved = StepsSaved(step=saved_step)
+            state.apply(saved)
+            self.wal.append_nowait(*encode_event(saved))
         for reason, ids in (("stale", state.stale_ids()), ("unbatchable", state.unbatchable_ids())):
             if ids:
                 # Not waited on: a lost drop record is recomputed after a replay.
@@ -259,8 +269,7 @@ class BatcherService:
         try:
             await self.wal.append(*encode_event(event), on_durable=lambda: state.apply(event))
         except OSError:
-            state.release(groups)
-            state.step -= 1
+            state.release(step, groups)
             raise
         return b'{"batch":[' + b",".join(g.json() for g in groups) + b"]}"
 

@@ -22,6 +22,7 @@ from rlstack.batcher.records import (
     GroupsDropped,
     IdempotencyKeys,
     Snapshot,
+    StepsSaved,
     TrainerRegistered,
 )
 from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
@@ -94,6 +95,10 @@ class BatcherState:
         self.queued_sequences = 0
         self.inflight_sequences = 0  # accepted in memory, waiting for the disk
         self.step = 0  # batches handed out (including ones whose record is in flight)
+        self.served: OrderedDict[int, list[QueuedGroup]] = OrderedDict()
+        """Batches handed out and not yet in a trainer checkpoint, by step (``replay_unsaved`` only)."""
+        self.replay: list[int] = []
+        """Steps of ``served`` to hand out again, in order: a resumed trainer lost them."""
         self.next_group_id = 0
         self.next_env_id = 0
         self.largest_group = 0
@@ -107,6 +112,8 @@ class BatcherState:
                 if self.trainer is None:
                     self.trainer = reg
                     self.step = max(self.step, reg.starting_step)
+                elif reg.replay_unsaved and reg.starting_step < self.step:
+                    self._resume_from(reg.starting_step)
                 self.requesters += 1
             case EnvRegistered(env_id=env_id, real_name=name, registration=reg):
                 if env_id == len(self.envs):
@@ -116,14 +123,23 @@ class BatcherState:
                 if env_id < len(self.envs):
                     self.envs[env_id].connected = False
             case BatchServed(step=step, group_ids=ids):
-                self._remove(ids)
+                if step in self.replay:
+                    self.replay.remove(step)
+                if step not in self.served:  # a batch served again is in ``served`` already
+                    groups = self._remove(ids)
+                    if self.trainer is not None and self.trainer.replay_unsaved:
+                        self.served[step] = groups
                 self.step = max(self.step, step)
                 self.counters.batches_served += 1
+            case StepsSaved(step=saved):
+                for step in [s for s in self.served if s <= saved]:
+                    del self.served[step]
             case GroupsDropped(group_ids=ids, reason=reason):
                 self.counters.dropped[reason] += len(self._remove(ids))
-            case Snapshot(step=step, next_group_id=next_id):
+            case Snapshot(step=step, next_group_id=next_id, replay=replay):
                 self.step = step
                 self.next_group_id = max(self.next_group_id, next_id)
+                self.replay = [s for s in replay if s in self.served]
             case DataReset():
                 self._reset()
             case IdempotencyKeys(entries=entries):
@@ -141,6 +157,14 @@ class BatcherState:
             self.counters.sequences_accepted += group.size
             self.latest = group
         self.next_group_id = max(self.next_group_id, first_id + len(groups))
+
+    def _resume_from(self, starting_step: int) -> None:
+        """A trainer back from its checkpoint at ``starting_step``: what it saved is done, what it
+        lost after is served again before anything new."""
+        for step in [s for s in self.served if s <= starting_step]:
+            del self.served[step]
+        self.replay = list(self.served)
+        self.step = starting_step
 
     def remember(self, key: str, digest: bytes, count: int) -> None:
         self.idempotency[key] = (digest, count)
@@ -183,8 +207,12 @@ class BatcherState:
         return [gid for gid, g in self.queue.items() if gid not in self.reserved and g.size > batch_size]
 
     def reserve_batch(self) -> tuple[int, list[QueuedGroup]] | None:
-        """Pick the next batch, reserve its groups and take the next step number."""
+        """Pick the next batch, reserve its groups and take the next step number; a batch a resumed
+        trainer lost comes first, with its step number."""
         assert self.trainer is not None
+        if self.replay:
+            self.step = self.replay.pop(0)
+            return self.step, self.served[self.step]
         candidates = ((gid, g.size) for gid, g in self.queue.items() if gid not in self.reserved)
         if self.trainer.batch_fill == "at_least":
             ids = select_at_least(candidates, self.trainer.batch_size)
@@ -196,8 +224,12 @@ class BatcherState:
         self.step += 1
         return self.step, [self.queue[gid] for gid in ids]
 
-    def release(self, groups: list[QueuedGroup]) -> None:
+    def release(self, step: int, groups: list[QueuedGroup]) -> None:
         """Undo a reservation whose record could not be written."""
+        self.step = step - 1
+        if step in self.served:
+            self.replay.insert(0, step)
+            return
         for group in groups:
             self.reserved.discard(group.group_id)
 
@@ -235,8 +267,8 @@ class BatcherState:
         }
 
     def snapshot_events(self) -> list[Event]:
-        """Events that rebuild the non-group state; groups are written beside them."""
-        events: list[Event] = [Snapshot(step=self.step, next_group_id=self.next_group_id)]
+        """Events that rebuild the non-group state; the groups (queued, then served) follow them, then ``snapshot_tail``."""
+        events: list[Event] = []
         if self.idempotency:
             events.append(IdempotencyKeys(entries=[(k, d.hex(), n) for k, (d, n) in self.idempotency.items()]))
         if self.trainer is not None:
@@ -246,3 +278,8 @@ class BatcherState:
             if not env.connected:
                 events.append(EnvDisconnected(env_id=env.env_id))
         return events
+
+    def snapshot_tail(self) -> list[Event]:
+        """After the groups: the batches served and not yet saved, then the step (last, as a replay may run behind them)."""
+        served: list[Event] = [BatchServed(step=step, group_ids=[g.group_id for g in groups]) for step, groups in self.served.items()]
+        return [*served, Snapshot(step=self.step, next_group_id=self.next_group_id, replay=list(self.replay))]

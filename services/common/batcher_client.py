@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.atropos import (
+    SAVED_STEP_HEADER,
     EnvRegistration,
     EnvStatus,
     RegisterEnvResponse,
@@ -75,9 +76,11 @@ class BatcherClient:
         await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body,
                          headers={"Idempotency-Key": key or uuid.uuid4().hex})
 
-    async def batch(self) -> list[dict[str, Any]] | None:
-        """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready."""
-        return (await self._call("GET", "/batch", attempts=10, max_delay=2)).json().get("batch")
+    async def batch(self, saved_step: int | None = None) -> list[dict[str, Any]] | None:
+        """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready.
+        ``saved_step``: the trainer's latest checkpoint (rlstack's batcher then lets go of the batches it holds)."""
+        headers = {SAVED_STEP_HEADER: str(saved_step)} if saved_step is not None else {}
+        return (await self._call("GET", "/batch", attempts=10, max_delay=2, headers=headers)).json().get("batch")
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient
-from rlstack.common.contracts.atropos import TrainerRegistration
+from rlstack.common.contracts.atropos import TrainerRegistration, group_name
 from rlstack.trainer import checkpoint
 from rlstack.trainer.batch import row_versions
 from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
@@ -111,6 +111,8 @@ class TrainingLoop:
         self.metrics = metrics
         self.status = TrainerStatus(steps=settings.steps)
         self.registered = False
+        self.saved_step = 0
+        """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
         self.records_path = self.run_dir / "metrics.jsonl"
@@ -141,6 +143,7 @@ class TrainingLoop:
         if resume is not None:
             state = checkpoint.load_state(resume)
             self.step, self.weight_version = state.step, state.weight_version
+            self.saved_step = self.step
             # Steps after the checkpoint were lost with the process: their records go too.
             records = [r for r in read_lines(self.records_path, StepRecord) if r.step <= self.step]
             self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
@@ -151,7 +154,7 @@ class TrainingLoop:
         await self.batcher.register_trainer(TrainerRegistration(
             batch_size=self.s.batch_size, max_token_len=self.s.max_token_len, checkpoint_dir=str(self.checkpoints),
             save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps,
-            vocab_size=getattr(self.model.config, "vocab_size", None), batch_fill="at_least"))
+            vocab_size=getattr(self.model.config, "vocab_size", None), batch_fill="at_least", replay_unsaved=True))
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------
@@ -220,7 +223,7 @@ class TrainingLoop:
     async def _next_batch(self) -> tuple[list[dict], float]:
         start = time.monotonic()
         while True:
-            batch = await self.batcher.batch()
+            batch = await self.batcher.batch(saved_step=self.saved_step)
             if batch:
                 waited = time.monotonic() - start
                 self.metrics.batch_wait_seconds.inc(waited)
@@ -254,6 +257,7 @@ class TrainingLoop:
             tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
             staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
             mismatch=stats.mismatch, rows=len(sampled), rows_spanning_versions=sum(v is not None and len(v) > 1 for v in sampled),
+            groups=[name for g in groups if (name := group_name(g)) is not None],
         )
         await asyncio.to_thread(append_line, self.records_path, record)
         if self.tracker is not None:
@@ -261,6 +265,7 @@ class TrainingLoop:
         if self.step % self.s.checkpoint_every == 0 or self.step == self.s.steps:
             state = checkpoint.CheckpointState(step=self.step, weight_version=self.weight_version)
             await asyncio.to_thread(self.engine.call, "save", self.checkpoints, state, self.s.keep_checkpoints)
+            self.saved_step = self.step
         self._observe(record)
         return record
 

@@ -48,6 +48,9 @@ class StepRecord(BaseModel):
     rows_spanning_versions: int = 0
     """Rows whose tokens more than one weight version sampled (a sync landed mid-generation): left out
     of the mismatch check, which scores each row under the one version that sampled it."""
+    groups: list[str] = []
+    """The env's name of each group trained (``group_overrides.rlstack_group``), where it gave one: what
+    ties a trained step to the trials in it (``bench/faults.py`` counts each trial trained once)."""
 
 
 class EvalResult(BaseModel):

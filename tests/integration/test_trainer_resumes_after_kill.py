@@ -1,6 +1,7 @@
 """The trainer killed with SIGKILL mid-run resumes from its last checkpoint: the step, the
 optimiser state and the per-step records continue where the checkpoint left them, and the run
-ends with every step recorded exactly once. Real batcher and trainer processes, the tiny
+ends with every step recorded exactly once. The batch of the step lost with the process is served
+again to the resumed trainer: every group it took is trained once, none lost with its weights. Real batcher and trainer processes, the tiny
 model, no replicas (sync_mode none)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import httpx
 from safetensors.torch import load_file
 
+from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from tests.helpers.groups import env_registration, make_group
 from tests.helpers.wait import wait_until
 
@@ -35,6 +37,7 @@ def test_trainer_resumes_from_its_last_checkpoint(service_factory, tiny_model, t
     def post(seed: int) -> None:
         group = make_group(size=4, length=12, env_id=env, seed=seed, prompt_len=4, vocab=4000)
         group["scores"] = [1.0, 0.0, 0.5, 0.0]
+        group["group_overrides"] = {GROUP_NAME_KEY: f"g{seed}"}
         httpx.post(f"{batcher.url}/scored_data", json=group, timeout=10).raise_for_status()
 
     for seed in range(3):
@@ -50,8 +53,10 @@ def test_trainer_resumes_from_its_last_checkpoint(service_factory, tiny_model, t
     trainer.proc.wait(timeout=180)
     assert trainer.proc.returncode == 0, trainer.log()
 
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, STEPS + 1))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    # g2, taken for the lost step 3, is step 3 again; g6 waits in the queue for a longer run
+    assert [r["groups"] for r in records] == [[f"g{seed}"] for seed in range(STEPS)]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == STEPS and summary["weight_version"] == STEPS
     assert (run_dir / "reward.png").stat().st_size > 0

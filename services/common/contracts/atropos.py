@@ -23,6 +23,19 @@ MAX_ABS_VALUE = 1e9
 """Largest |score|, |advantage| or |logprob| stored: the trainer's float32 group statistics of
 values this large stay finite (1e308 passes ``isfinite`` but its square does not)."""
 MAX_ID = 2**31 - 1
+SAVED_STEP_HEADER = "X-Rlstack-Saved-Step"
+"""rlstack extension on ``GET /batch``: the step the trainer's latest checkpoint holds (``replay_unsaved``)."""
+GROUP_NAME_KEY = "rlstack_group"
+"""rlstack extension in ``group_overrides``: the env's own name of a group (agent envs: ``<run>-<env>-g<n>``,
+its trials ``<group>-t<i>``), carried to the trainer's step records."""
+
+
+def group_name(group: dict[str, Any]) -> str | None:
+    """A group's ``GROUP_NAME_KEY`` as the wire carries it, if its env named it."""
+    overrides = group.get("group_overrides")
+    name = overrides.get(GROUP_NAME_KEY) if isinstance(overrides, dict) else None
+    return name if isinstance(name, str) else None
+
 
 # A group that arrived alone is served back to trainers as the client's own bytes, so what is
 # stored must already be what a trainer can use: no coercion of "5", 5.0 or true into 5.
@@ -50,6 +63,12 @@ class TrainerRegistration(BaseModel):
     ``batch_size`` sequences; ``at_least`` hands out the oldest whole groups once they reach it
     (fewer than one group's rows over), so groups whose trials bring several sequences (side calls,
     sub-agents, compacted segments) never wait for an exact fit. rlstack's trainer asks for it."""
+    replay_unsaved: bool = False
+    """rlstack extension: keep each served batch until the trainer's checkpoint holds its step (the
+    trainer says so in ``X-Rlstack-Saved-Step`` on ``GET /batch``), and when the trainer registers
+    again from an earlier ``starting_step`` (killed and resumed), serve those batches again, in
+    order. Without it a trainer killed between checkpoints drops the groups of the steps it lost:
+    they were trained into weights that died with it, and the resumed trainer gets new ones."""
 
 
 class EnvRegistration(BaseModel):
