@@ -12,7 +12,7 @@ PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
+.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -107,6 +107,15 @@ setup-codex: .cache/codex/node_modules/.bin/codex
 	@command -v npm >/dev/null || ( echo "npm is needed for codex (Debian: apt-get install npm)"; exit 1 )
 	npm install --no-fund --no-audit --prefix .cache/codex @openai/codex@$(CODEX_VERSION)
 
+# opencode, the real npm CLI at the pinned version (a compiled Bun binary in the package): a third
+# agent on chat completions, through an OpenAI-compatible provider pointed at the trial's proxy.
+OPENCODE_VERSION := 1.18.33
+setup-opencode: .cache/opencode/node_modules/.bin/opencode
+
+.cache/opencode/node_modules/.bin/opencode:
+	@command -v npm >/dev/null || ( echo "npm is needed for opencode (Debian: apt-get install npm)"; exit 1 )
+	npm install --no-fund --no-audit --prefix .cache/opencode opencode-ai@$(OPENCODE_VERSION)
+
 # mini-swe-agent (PyPI) in its own environment: a third-party scaffold the tests run by command
 # (--agent-command), through the proxy, as any agent that honours OPENAI_BASE_URL would run.
 # LiteLLM's SDK (1.106.2, as the proxy's) imports `mcp` whenever a call has tools, but only its
@@ -119,7 +128,7 @@ setup-mini-swe-agent: .venv-mini/.installed
 	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)' 'litellm==1.106.2' 'mcp==2.3.0'
 	@touch $@
 
-test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-mini-swe-agent
+test: setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent
 	$(VENV)/bin/ruff check services tests bench k8s
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
@@ -134,13 +143,13 @@ run: setup
 
 # The agent job: the demo model warm-started on tool-call transcripts, generated Harbor tasks,
 # then GRPO on trials of the built-in agent in bubblewrap sandboxes (docs/agent-trials.md).
-# AGENT=claude-code or AGENT=codex: that real CLI instead of the built-in agent, on its own demo
+# AGENT=claude-code, codex or opencode: that real CLI instead of the built-in agent, on its own demo
 # policy (docs/agent-trials.md).
 AGENT ?= builtin
 # SEED=N seeds the env server's task order and the trainer (a run per seed: runs/agent-*).
 SEED ?= 0
-run-agent: setup setup-sandbox $(if $(filter claude-code codex,$(AGENT)),setup-$(AGENT))
-ifneq ($(filter claude-code codex,$(AGENT)),)
+run-agent: setup setup-sandbox $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT))
+ifneq ($(filter claude-code codex opencode,$(AGENT)),)
 	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT)
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-$(AGENT).yaml
 else

@@ -327,8 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     agent.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
     agent.set_defaults(func=cmd_make_agent_demo)
     ccd = sub.add_parser("make-cli-agent-demo", help="tiny model warm-started on a CLI agent's captured requests, and "
-                                                      "generated tasks (what `make run-agent AGENT=claude-code|codex` trains)")
-    ccd.add_argument("--agent", choices=["claude-code", "codex"], default="claude-code")
+                                                      "generated tasks (what `make run-agent AGENT=claude-code|codex|opencode` trains)")
+    ccd.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
     ccd.add_argument("--out", type=Path, default=None, help="default models/<agent>-demo")
     ccd.add_argument("--tasks-out", type=Path, default=None, help="default data/<agent>-tasks")
     ccd.add_argument("--capture-dir", type=Path, default=None,
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     ccd.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
     ccd.add_argument("--task-seed", type=int, default=1)
     ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
-    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code, 120 for codex)")
+    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex)")
     ccd.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
     ccd.add_argument("--seed", type=int, default=0)
     ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
@@ -369,12 +369,12 @@ def main(argv: list[str] | None = None) -> None:
     key.set_defaults(func=cmd_trial_key)
     one = sub.add_parser("trial", help="run one agent trial of one Harbor task and print what it did (JSON last line)")
     one.add_argument("task_dir", type=Path, help="a Harbor task directory (task.toml, instruction.md, tests/test.sh)")
-    one.add_argument("--agent", default="builtin", choices=["builtin", "claude-code", "codex", "oracle", "nop"],
+    one.add_argument("--agent", default="builtin", choices=["builtin", "claude-code", "codex", "opencode", "oracle", "nop"],
                      help="oracle runs solution/solve.sh, nop does nothing: neither calls a model")
     one.add_argument("--agent-command", help="any agent as a command line, e.g. 'mini -y -t {instruction}' "
                                              "({instruction}: a word of its own); it finds the proxy in OPENAI_BASE_URL / ANTHROPIC_BASE_URL")
     one.add_argument("--model", type=Path, help="model the replica serves (default: models/agent-demo; "
-                                                "models/<agent>-demo for claude-code and codex)")
+                                                "models/<agent>-demo for claude-code, codex and opencode)")
     one.add_argument("--trials-dir", type=Path, help="where the trial directory goes; with --proxy-url, that proxy's --trials-dir")
     one.add_argument("--runs-dir", type=Path, default=Path("runs"), help="the services started for the trial log under "
                                                                          "<runs-dir>/trial-<time>/logs")

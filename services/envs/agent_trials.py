@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherRefused
+from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.journal import TrialEntry, TrialJournal
@@ -42,6 +43,7 @@ from rlstack.episodes.agents import (
     claude_code_agent,
     codex_agent,
     command_agent,
+    opencode_agent,
     trial_env,
 )
 from rlstack.episodes.assemble import Assembly, assemble
@@ -175,6 +177,8 @@ class AgentEnvRunner(EnvRunner):
             return claude_code_agent(self.s.claude_code_bin)
         if self.s.agent == "codex":
             return codex_agent(self.s.codex_bin)
+        if self.s.agent == "opencode":
+            return opencode_agent(self.s.opencode_bin)
         if self.s.agent == "command" and self.s.agent_command is not None:
             return command_agent(self.s.agent_command)
         return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
@@ -227,6 +231,7 @@ class AgentEnvRunner(EnvRunner):
             outcomes = await asyncio.gather(*(self._journaled_trial(problem, group_id, f"{group_id}-t{i}")
                                               for i in range(self.s.group_size)))
             group = self._group(problem, outcomes)
+            group["group_overrides"] = {GROUP_NAME_KEY: group_id}  # the trainer's step records name it
             key = self.journal.new_key()
             self.journal.ready(group_id, key, group)
             self._journaled[id(group)] = (group_id, key)

@@ -18,13 +18,13 @@ class HarborSpec(BaseModel):
 
     kind: Literal["harbor"] = "harbor"
     tasks_dir: Path
-    agent: Literal["builtin", "claude-code", "codex", "command"]
+    agent: Literal["builtin", "claude-code", "codex", "opencode", "command"]
     agent_command: str | None = None
     sandbox: Literal["local", "kubernetes"]
 
 
 TASK_FIELDS: dict[str, frozenset[str]] = {
-    "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "codex_bin", "trial_retries",
+    "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "codex_bin", "opencode_bin", "trial_retries",
                          "eval_temperature", "eval_samples",
                          "trial_sequences"}),
 }
@@ -76,7 +76,7 @@ class EnvSettings(PolicySettings):
     """harbor: trials per held-out task in POST /evaluate; the pass rate is over all of them."""
     tasks_dir: Path | None = None
     """harbor: a Harbor dataset (a directory of task directories)."""
-    agent: Literal["builtin", "claude-code", "codex", "command"] = "builtin"
+    agent: Literal["builtin", "claude-code", "codex", "opencode", "command"] = "builtin"
     """harbor: who works on the tasks; ``command`` runs ``agent_command`` (set by giving it)."""
     agent_command: str | None = None
     """harbor: any agent, as a shell-style command line run in /app, e.g. ``mini -y -t {instruction}``.
@@ -108,6 +108,7 @@ class EnvSettings(PolicySettings):
     """harbor: overrides each task's ``[agent].timeout_sec``."""
     claude_code_bin: Path = Path(".cache/claude-code/node_modules/.bin/claude")
     codex_bin: Path = Path(".cache/codex/node_modules/.bin/codex")
+    opencode_bin: Path = Path(".cache/opencode/node_modules/.bin/opencode")
     trial_retries: int = Field(default=1, ge=0, le=10)
     """harbor: new attempts for a trial that could not be scored (infra error, failed model call)."""
     drop_constant_groups: bool = False

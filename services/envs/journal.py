@@ -160,7 +160,7 @@ class TrialJournal:
         trials: dict[str, list[TrialEntry]] = {}
         ready: dict[str, ReadyEntry] = {}
         settled: set[str] = set()  # posted, or dropped (its trials were listed then)
-        for entry in self._entries():
+        for entry in self.entries():
             if isinstance(entry, TrialEntry):
                 trials.setdefault(entry.group, []).append(entry)
             elif isinstance(entry, ReadyEntry):
@@ -196,7 +196,7 @@ class TrialJournal:
             out.flush()
             os.fsync(out.fileno())
 
-    def _entries(self) -> list[TrialEntry | ReadyEntry | PostedEntry | DroppedEntry]:
+    def entries(self) -> list[TrialEntry | ReadyEntry | PostedEntry | DroppedEntry]:
         if not self.path.exists():
             return []
         kinds = {"trial": TrialEntry, "ready": ReadyEntry, "posted": PostedEntry, "dropped": DroppedEntry}
@@ -211,7 +211,7 @@ class TrialJournal:
 
     def _compact(self) -> None:
         """Keep what is not settled: groups not posted yet, with their trials."""
-        entries = self._entries()
+        entries = self.entries()
         done = {e.group for e in entries if isinstance(e, PostedEntry | DroppedEntry)}
         self._rewrite([e for e in entries if e.group not in done])
 

@@ -2,12 +2,13 @@
 its trial's proxy URL with its trial key.
 
 The shipped agents are installed before any trial starts (the built-in one is this package;
-claude-code and codex are pinned npm installs, ``make setup-claude-code setup-codex``, or the
-image): a trial never downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
+claude-code, codex and opencode are pinned npm installs, ``make setup-claude-code setup-codex
+setup-opencode``, or the image): a trial never downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
@@ -131,6 +132,57 @@ def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
     return AgentSpec(name="codex", command=["/bin/sh", "-c", CODEX_LAUNCH, str(binary.resolve()), INSTRUCTION_PLACEHOLDER],
                      env={"RLSTACK_CODEX_INSTRUCTIONS": CODEX_INSTRUCTIONS, "RLSTACK_CODEX_MODEL": CODEX_MODEL,
                           "RLSTACK_CODEX_DISABLE": disable, "NO_COLOR": "1"})
+
+
+OPENCODE_VERSION = "1.18.33"
+"""The pinned opencode-ai release (a compiled Bun binary in the npm package; its requests measured in docs/agent-trials.md)."""
+OPENCODE_BIN = Path(".cache/opencode/node_modules/.bin/opencode")
+OPENCODE_TOOLS_OFF = ("glob", "grep", "list", "skill", "task", "todowrite", "todoread", "webfetch", "websearch",
+                      "codesearch", "question", "write")
+"""Tools a trial has no use for. ``write`` stays offered all the same: opencode ties it to ``edit``."""
+OPENCODE_QUIET = ("OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_SHARE",
+                  "OPENCODE_DISABLE_LSP_DOWNLOAD", "OPENCODE_DISABLE_DEFAULT_PLUGINS", "OPENCODE_DISABLE_PROJECT_CONFIG",
+                  "OPENCODE_DISABLE_CLAUDE_CODE", "OPENCODE_DISABLE_EXTERNAL_SKILLS", "OPENCODE_DISABLE_AUTOCOMPACT",
+                  "OPENCODE_DISABLE_PRUNE")
+"""No network beyond the proxy (models.dev, updates, sharing, LSP downloads); no config, skills or
+CLAUDE.md read from the task's files; and nothing that rewrites earlier turns (compaction, pruning
+old tool output), which would end a thread's token-in splicing at every rewrite."""
+
+
+def opencode_config(context_tokens: int = 32_768, output_tokens: int = 1_024) -> dict:
+    """opencode's config for a trial: one OpenAI-compatible provider on the trial's proxy prefix.
+
+    opencode expands ``{env:NAME}`` in its config text, so the trial's URL, key and model name are
+    read in the sandbox; the ``build`` agent's prompt replaces opencode's 9.7 kB system prompt, and
+    the title call (a side call per session) is off.
+    """
+    model = {"name": "{env:OPENAI_MODEL}", "limit": {"context": context_tokens, "output": output_tokens}}
+    return {"provider": {"rlstack": {"npm": "@ai-sdk/openai-compatible", "name": "rlstack",
+                                     "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
+                                     "models": {"{env:OPENAI_MODEL}": model}}},
+            "model": "rlstack/{env:OPENAI_MODEL}", "small_model": "rlstack/{env:OPENAI_MODEL}",
+            "share": "disabled", "autoupdate": False, "compaction": {"auto": False, "prune": False},
+            "agent": {"build": {"prompt": CLAUDE_CODE_SYSTEM_PROMPT}, "title": {"disable": True}},
+            "tools": dict.fromkeys(OPENCODE_TOOLS_OFF, False)}
+
+
+OPENCODE_LAUNCH = 'exec "$0" run --auto --pure < "$RLSTACK_INSTRUCTION_FILE"'
+"""The instruction goes in on stdin: opencode quotes a message given as arguments (``"..."``, inner
+quotes escaped), and the policy would learn tasks in a form no user writes."""
+
+
+def opencode_agent(binary: Path = OPENCODE_BIN) -> AgentSpec:
+    """opencode in ``run`` mode on an OpenAI-compatible provider (chat completions, streamed).
+
+    ``--auto`` approves every tool call (the trial's sandbox is the boundary); ``--pure`` loads no
+    external plugins. The config (``opencode_config``) rides in ``OPENCODE_CONFIG_CONTENT``.
+    """
+    if not binary.exists():
+        raise FileNotFoundError(f"opencode is not installed at {binary}: run `make setup-opencode` "
+                                f"(npm opencode-ai@{OPENCODE_VERSION})")
+    env = {"OPENCODE_CONFIG_CONTENT": json.dumps(opencode_config()), "NO_COLOR": "1"}
+    env |= {name: "1" for name in OPENCODE_QUIET}
+    return AgentSpec(name="opencode", command=["/bin/sh", "-c", OPENCODE_LAUNCH, str(binary.resolve())], env=env)
 
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

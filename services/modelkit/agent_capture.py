@@ -1,4 +1,4 @@
-"""Drive a real agent CLI (claude-code or codex) through the real proxy with the scripted teacher
+"""Drive a real agent CLI (claude-code, codex or opencode) through the real proxy with the scripted teacher
 behind it, and keep what the agent really sent: its demo policy's warm-start corpus.
 
 One real registry and one real proxy (LiteLLM, ``.venv-proxy``) as processes; the teacher
@@ -29,10 +29,12 @@ from rlstack.common.process import ServiceProcess, start_process
 from rlstack.episodes.agents import (
     CLAUDE_CODE_BIN,
     CODEX_BIN,
+    OPENCODE_BIN,
     AgentLimits,
     builtin_agent,
     claude_code_agent,
     codex_agent,
+    opencode_agent,
     trial_env,
 )
 from rlstack.episodes.harbor.dataset import load_dataset
@@ -49,7 +51,7 @@ PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 
 
-Agent = Literal["claude-code", "claude-code-subagents", "codex", "builtin"]
+Agent = Literal["claude-code", "claude-code-subagents", "codex", "opencode", "builtin"]
 
 
 class CaptureSpec(BaseModel):
@@ -64,6 +66,8 @@ class CaptureSpec(BaseModel):
     def agent_spec(self) -> AgentSpec:
         if self.agent == "codex":
             return codex_agent(self.agent_bin or CODEX_BIN)
+        if self.agent == "opencode":
+            return opencode_agent(self.agent_bin or OPENCODE_BIN)
         if self.agent == "builtin":
             return builtin_agent(AgentLimits())
         if self.agent == "claude-code-subagents":

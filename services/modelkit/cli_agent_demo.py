@@ -41,7 +41,7 @@ RECORD = "rlstack-claude-code-warm-start.json"
 """Its name from when claude-code was the only CLI agent: kept, so built demo models stay built."""
 
 
-DEFAULT_STEPS = {"claude-code": 70, "codex": 120}
+DEFAULT_STEPS = {"claude-code": 70, "codex": 120, "opencode": 70}
 """Warm-start steps that leave a policy sometimes right on new tasks, where GRPO has signal.
 codex needs more: its tool output starts with a random chunk id and a wall time, and after 70
 steps its second command came out garbled in most trials (`make run-agent AGENT=codex`,

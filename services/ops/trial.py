@@ -33,10 +33,10 @@ from rlstack.launcher.config import RunConfig, ServiceSpec
 from rlstack.launcher.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-AgentChoice = Literal["builtin", "claude-code", "codex", "oracle", "nop"]
+AgentChoice = Literal["builtin", "claude-code", "codex", "opencode", "oracle", "nop"]
 DEFAULT_MODELS = {"builtin": Path("models/agent-demo"), "claude-code": Path("models/claude-code-demo"),
-                  "codex": Path("models/codex-demo")}
-"""What ``make run-agent`` (AGENT=claude-code|codex) builds; an ``--agent-command`` agent gets the built-in one's."""
+                  "codex": Path("models/codex-demo"), "opencode": Path("models/opencode-demo")}
+"""What ``make run-agent`` (AGENT=claude-code|codex|opencode) builds; an ``--agent-command`` agent gets the built-in one's."""
 VLLM_PYTHON = Path(".venv-vllm/bin/python")
 PROXY_PYTHON = Path(".venv-proxy/bin/python")
 
@@ -176,7 +176,7 @@ async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_ur
     fields: dict = {"agent_command": req.agent_command} if req.agent_command else {}
     if proxy_url:  # oracle and nop call no model: the env's default address is never dialled
         fields["proxy_url"] = proxy_url
-    if req.agent in ("builtin", "claude-code", "codex") and not req.agent_command:
+    if req.agent in ("builtin", "claude-code", "codex", "opencode") and not req.agent_command:
         fields["agent"] = req.agent
     # No registry: one trial needs no weight version, and its token limit is not checked (nothing is posted).
     settings = EnvSettings(task="harbor", tasks_dir=task.path, run_id=req.run, name="trial", trial_key_secret=secret,

@@ -168,6 +168,13 @@ def codex_bin() -> str:
 
 
 @pytest.fixture(scope="session")
+def opencode_bin() -> str:
+    from rlstack.episodes.agents import OPENCODE_BIN, OPENCODE_VERSION
+
+    return npm_cli(str(OPENCODE_BIN), "opencode-ai", OPENCODE_VERSION)
+
+
+@pytest.fixture(scope="session")
 def claude_bin() -> str:
     from rlstack.episodes.agents import CLAUDE_CODE_BIN, CLAUDE_CODE_VERSION
 

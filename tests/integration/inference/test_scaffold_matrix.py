@@ -30,6 +30,7 @@ from rlstack.episodes.agents import (
     builtin_agent,
     claude_code_agent,
     codex_agent,
+    opencode_agent,
     trial_env,
 )
 from rlstack.episodes.assemble import Assembly, assemble
@@ -49,16 +50,16 @@ SERVED = "cc-demo"
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory, claude_bin, codex_bin) -> tuple[Path, list[Path]]:
+def demo_model(tmp_path_factory, claude_bin, codex_bin, opencode_bin) -> tuple[Path, list[Path]]:
     """Four tasks captured with the teacher per agent, learnt by heart (the policy need not generalise here,
     but codex's tool output carries a random chunk id and a wall time: it must read past them)."""
     root = tmp_path_factory.mktemp("cc-demo")
     spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
                               tokenizer_prose_bytes=300_000,
                               batch_size=4, lr=3e-3, max_seconds=900)
-    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex")}
+    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex", "opencode")}
     record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
-    assert record["conversations"] == 12 and record["thread_breaks"] == 0
+    assert record["conversations"] == 16 and record["thread_breaks"] == 0
     return root / "model", list(captures.values())
 
 
@@ -125,6 +126,8 @@ CELLS = [
          lambda: claude_code_agent(), anthropic_results),
     Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent codex`)", "responses", True,
          lambda: codex_agent(), responses_results),
+    Cell("opencode", "`opencode run --auto --pure` on an OpenAI-compatible provider (`--agent opencode`)", "openai", True,
+         lambda: opencode_agent(), chat_results),
 ]
 
 
@@ -138,7 +141,8 @@ def matrix_table() -> str:
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=[c.agent.replace(" + ", "+") for c in CELLS])
-def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, demo_proxy, claude_bin, codex_bin, tmp_path):
+def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, demo_proxy, claude_bin, codex_bin, opencode_bin,
+                                                             tmp_path):
     """Learnt tasks in turn until one trial runs two tool calls: the policy samples at temperature 1.0
     and codex's chunk ids are new to it, so about one codex trial in twelve stops after one call
     (measured); every trial, whatever the policy did, is checked for the chain."""

@@ -36,3 +36,19 @@ def test_extra_ports_are_free_and_addressable(tmp_path):
     addresses = Supervisor(config, tmp_path)._addresses()
     assert "{inference.vllm}".format(**addresses).isdigit()
     assert addresses["inference"].vllm != addresses["inference"].port
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("local-agent-*.yaml")), ids=lambda p: p.stem)
+def test_each_cli_agent_run_serves_and_trains_its_own_demo_policy(path):
+    """``make run-agent AGENT=<agent>`` runs ``examples/local-agent-<agent>.yaml``: its env runs that
+    agent, on the tasks and the policy ``rlstack make-cli-agent-demo --agent <agent>`` writes."""
+    from rlstack.envs.config import EnvSettings
+
+    agent = path.stem.removeprefix("local-agent-")
+    services = {s.name: s for s in RunConfig.load(path).services}
+    env = services["env"].args
+    assert env[env.index("--agent") + 1] == agent and agent in EnvSettings.model_fields["agent"].annotation.__args__
+    assert env[env.index("--tasks-dir") + 1] == f"data/{agent}-tasks"
+    for name in ("inference", "trainer"):
+        args = services[name].args
+        assert args[args.index("--model") + 1] == f"models/{agent}-demo"
