@@ -35,7 +35,7 @@ from rlstack.common.batcher_client import BatcherRefused
 from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.journal import TrialEntry, TrialJournal
+from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
 from rlstack.episodes.agents import (
     AgentLimits,
@@ -292,7 +292,7 @@ class AgentEnvRunner(EnvRunner):
         if not self.journal.hold():
             raise RuntimeError(f"{self.journal.path} is held by a live process")
         for orphan in self.journal.orphans():
-            pending = orphan.pending()
+            pending = orphan.pending(finished_on_disk(self.s.trials_dir, self.s.run_id, orphan.instance or "*"))
             if pending.abandoned:
                 self.am.trials_abandoned.labels(self.s.name).inc(len(pending.abandoned))
                 log.warning("%s: %d finished trial(s) of unfinished groups abandoned (listed in %s)", orphan.path.name,

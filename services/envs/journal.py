@@ -28,12 +28,16 @@ import fcntl
 import json
 import logging
 import os
+import re
 import secrets
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from rlstack.episodes.trials.records import TrialResult, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +87,36 @@ class Pending(BaseModel):
     abandoned: list[Abandoned]
 
 
+TRIAL_OF_GROUP = re.compile(r"^(?P<group>.+-(?P<instance>[0-9a-f]+)-g\d+)-(?P<member>t\d+)(-a(?P<attempt>\d+))?$")
+"""A training trial's id: its group's name (``<worker>-<instance>-g<n>``), ``-t<member>``, ``-a<attempt>`` for a retry."""
+
+
+def finished_on_disk(trials_dir: Path, run: str, instance: str = "*") -> list[TrialEntry]:
+    """Training trials whose ``result.json`` says ok with a reward, the last attempt of each member
+    (an earlier one was retried: not scorable); ``instance``: one env server process's only."""
+    last: dict[str, tuple[int, TrialEntry]] = {}
+    for path in trials_dir.glob(f"{run}/*-{instance}-g*/result.json"):
+        match = TRIAL_OF_GROUP.match(path.parent.name)
+        if not match:
+            continue
+        result = TrialResult.model_validate_json(path.read_text())
+        attempt = int(match["attempt"] or 1)
+        member = f"{match['group']}-{match['member']}"
+        if member in last and last[member][0] > attempt:
+            continue
+        entry = TrialEntry(group=match["group"], trial=result.trial, task=result.task.name, status=result.status.value,
+                           reward=result.reward, trial_dir=str(path.parent))
+        last[member] = (attempt, entry)
+    return [entry for _, entry in sorted(last.values(), key=lambda a: a[1].trial)
+            if entry.status == TrialStatus.OK.value and entry.reward is not None]
+
+
 class TrialJournal:
     def __init__(self, directory: Path, name: str, instance: str | None = None, max_bytes: int = 64 << 20) -> None:
         self.directory = directory
         """Made at the first write: a lone ``rlstack trial`` never writes one."""
         self.name = name
+        self.instance = instance
         self.path = directory / (f"{name}.{instance}.jsonl" if instance else f"{name}.jsonl")
         self.abandoned_path = directory / f"{name}.abandoned.jsonl"
         self.max_bytes = max_bytes
@@ -112,11 +141,13 @@ class TrialJournal:
         """Journals of this run and name whose writers are gone, each now held by this process."""
         if not self.directory.is_dir():
             return []
+        # By lock file too: a process killed before its first entry left a lock and no journal,
+        # and its finished trials may still be on disk (``pending``'s ``on_disk``).
+        instances = {path.name[len(self.name) + 1:-len(suffix)] for suffix in (".jsonl", ".lock")
+                     for path in self.directory.glob(f"{self.name}.*{suffix}") if not path.name.endswith(".abandoned.jsonl")}
         found = []
-        for path in sorted(self.directory.glob(f"{self.name}.*.jsonl")):
-            if path == self.path or path.name.endswith(".abandoned.jsonl"):
-                continue
-            other = TrialJournal(self.directory, self.name, path.name[len(self.name) + 1:-len(".jsonl")], self.max_bytes)
+        for instance in sorted(instances - {self.instance}):
+            other = TrialJournal(self.directory, self.name, instance, self.max_bytes)
             if other.hold():
                 found.append(other)
         return found
@@ -155,8 +186,13 @@ class TrialJournal:
         self._abandon(self._trials.pop(group, []), reason)
         self._append(DroppedEntry(group=group, reason=reason))
 
-    def pending(self) -> Pending:
-        """Read what a predecessor left; abandon its unfinished groups' trials (recorded with the reason)."""
+    def pending(self, on_disk: Iterable[TrialEntry] = ()) -> Pending:
+        """Read what a predecessor left; abandon its unfinished groups' trials (recorded with the reason).
+
+        ``on_disk``: the predecessor's scored trials found in the trials directory. One killed after
+        a trial's result was written and before its journal entry was is abandoned too, so no
+        finished trial goes unaccounted for.
+        """
         trials: dict[str, list[TrialEntry]] = {}
         ready: dict[str, ReadyEntry] = {}
         settled: set[str] = set()  # posted, or dropped (its trials were listed then)
@@ -169,6 +205,9 @@ class TrialJournal:
                 settled.add(entry.group)
         unfinished = [t for group, members in trials.items() if group not in ready and group not in settled for t in members]
         abandoned = self._abandon(unfinished, "the env server stopped before every trial of its group was scored")
+        journaled = {t.trial for members in trials.values() for t in members}
+        unjournaled = [t for t in on_disk if t.trial not in journaled and t.group not in ready]
+        abandoned += self._abandon(unjournaled, "the env server stopped between the trial's result and its journal entry")
         to_post = [entry for group, entry in ready.items() if group not in settled]
         self._trials = {entry.group: trials.get(entry.group, []) for entry in to_post}  # for a refusal to list
         self._rewrite([*(t for members in self._trials.values() for t in members), *to_post])

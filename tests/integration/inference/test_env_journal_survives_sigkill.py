@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from rlstack.common.process import ServiceProcess
+from rlstack.ops.ledger import audit
 from tests.conftest import REPO, start_service
 from tests.integration.inference.conftest import SECRET
 
@@ -93,3 +94,8 @@ def test_a_killed_env_server_posts_its_finished_group_once(registry, replica, pr
     others = {e["trial"] for e in finished if e["group"] != ready["group"]}
     listed = {json.loads(line)["trial"] for line in abandoned.read_text().splitlines()} if abandoned.exists() else set()
     assert others <= listed  # any other finished trial of an unfinished group: abandoned, with its reason
+
+    # the fault run's ledger (bench/faults.py), with no trainer: every finished trial is queued, abandoned or journaled
+    ledger = audit(proxy.trials_dir, journal, batcher_dir / "batcher.wal", tmp_path / "no-trainer.jsonl", run=RUN)
+    assert ledger.trials["lost"] == 0 and not ledger.groups_acknowledged_lost, ledger
+    assert ledger.trials["queued when the run stopped"] >= 2 and ledger.trials["abandoned with a reason"] >= len(others)

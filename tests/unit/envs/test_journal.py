@@ -1,6 +1,10 @@
 """The trial journal: what a killed env server leaves is posted once or abandoned with a reason."""
 
-from rlstack.envs.journal import TrialEntry, TrialJournal
+import os
+
+from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
+from rlstack.episodes.trials.records import TrialStatus
+from tests.helpers.trial_results import write_result
 
 
 def trial(group: str, n: int, reward: float = 1.0) -> TrialEntry:
@@ -91,3 +95,23 @@ def test_a_dropped_group_lists_its_trials_at_once_and_settles_them(tmp_path):
     assert [(a.trial, a.reason[:12]) for a in journal.abandoned()] == [("g0-t0", "group droppe"), ("g0-t2", "group droppe")]
     pending = TrialJournal(tmp_path, "run-env", "live").pending()  # settled: not abandoned a second time
     assert pending.to_post == [] and pending.abandoned == [] and len(journal.abandoned()) == 2
+
+
+def test_a_trial_finished_on_disk_but_never_journaled_is_abandoned_on_restart(tmp_path):
+    """Killed after a trial's result.json and before its journal entry (or before any entry: a lock
+    and no journal): the next start finds the trial on disk and lists it abandoned with the reason."""
+    trials, journals = tmp_path / "trials", tmp_path / "journal"
+    killed = TrialJournal(journals, "r-env", "dead01")
+    assert killed.hold()
+    os.close(killed._lock)  # the process is gone: only its lock file is left
+    write_result(trials, "r", "env-0-dead01-g0-t0")
+    write_result(trials, "r", "env-0-dead01-g0-t1", TrialStatus.AGENT_ERROR)  # never scored: not finished
+    write_result(trials, "r", "env-0-beef02-g0-t0")  # another process's: not this orphan's
+
+    live = TrialJournal(journals, "r-env", "cafe03")
+    assert live.hold()
+    [orphan] = live.orphans()
+    pending = orphan.pending(finished_on_disk(trials, "r", orphan.instance))
+    assert [(a.trial, a.reason) for a in pending.abandoned] == [
+        ("env-0-dead01-g0-t0", "the env server stopped between the trial's result and its journal entry")]
+    assert [a.trial for a in live.abandoned()] == ["env-0-dead01-g0-t0"]
