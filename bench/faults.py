@@ -205,21 +205,32 @@ def one_run(config: RunConfig, faults: list[Kill] | None, seed: int) -> dict:
     except ServiceFailed as exc:
         failure = str(exc).splitlines()[0]
         log.error("run failed: %s", failure)
+    except KeyboardInterrupt:
+        failure = "interrupted"
+        raise
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan the services
         if chaos:
             chaos.done.set()
         supervisor.stop_all()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return {**summarize(run_dir, config_steps(config)), "seconds": round(time.monotonic() - started), "failure": failure,
+            "replica_weight_versions": versions, "kills": [k.__dict__ for k in faults] if faults else [],
+            "chaos_error": chaos.error if chaos else None}
+
+
+def summarize(run_dir: Path, steps_asked: int) -> dict:
+    """What a finished run left on disk: its steps, rewards, ledger and restarts."""
     steps = read_lines(run_dir / "metrics.jsonl", StepRecord)
     ledger = audit(run_dir / "trials", run_dir / "env-journal", run_dir / "batcher" / "batcher.wal", run_dir / "metrics.jsonl")
     restarts_path = run_dir / "restarts.json"
     return {
-        "run_dir": str(run_dir), "seconds": round(time.monotonic() - started), "failure": failure,
-        "steps_done": len({s.step for s in steps}), "steps": config_steps(config),
+        "run_dir": str(run_dir), "steps_done": len({s.step for s in steps}), "steps": steps_asked,
         "rewards": [s.reward_mean for s in sorted(steps, key=lambda s: s.step)],
-        "trainer_weight_version": steps[-1].weight_version if steps else None, "replica_weight_versions": versions,
+        "trainer_weight_version": steps[-1].weight_version if steps else None,
         "ledger": ledger.model_dump(), "ledger_ok": ledger.ok,
         "restarts": json.loads(restarts_path.read_text()) if restarts_path.exists() else {},
-        "kills": [k.__dict__ for k in faults] if faults else [], "chaos_error": chaos.error if chaos else None,
+        "failure": None, "replica_weight_versions": [], "kills": [], "chaos_error": None, "seconds": None,
     }
 
 
@@ -238,7 +249,7 @@ def table(runs: dict[str, dict]) -> str:
             ("acknowledged groups lost", lambda r: str(len(r["ledger"]["groups_acknowledged_lost"]))),
             ("trainer weight version / replicas'", lambda r: f"{r['trainer_weight_version']} / {r['replica_weight_versions']}"),
             ("mean reward, first 5 / last 5 steps", lambda r: f"{mean(r['rewards'][:5]):.3f} / {mean(r['rewards'][-5:]):.3f}"),
-            ("wall time", lambda r: f"{r['seconds']} s")]
+            ("wall time", lambda r: f"{r['seconds']} s" if r["seconds"] is not None else "(an earlier run)")]
     lines = [f"| | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
     lines += [f"| {label} | {' | '.join(cell(runs[n]) for n in names)} |" for label, cell in rows]
     return "\n".join(lines)
@@ -279,6 +290,7 @@ def main() -> int:
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "faults")
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--baseline-dir", type=Path, default=None, help="an unfaulted run of the same flags, done before: read, not run again")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     targets = [t for t in args.targets.split(",") if t]
@@ -288,7 +300,9 @@ def main() -> int:
     first, last = 2, max(3, args.steps - 4)
     kills = [Kill(t, first + round(i * (last - first) / max(1, len(targets) - 1))) for i, t in enumerate(targets)]
     runs: dict[str, dict] = {}
-    if not args.skip_baseline:
+    if args.baseline_dir is not None:
+        runs["unfaulted"] = summarize(args.baseline_dir, args.steps)
+    elif not args.skip_baseline:
         runs["unfaulted"] = one_run(run_config("faults-baseline", args.runs_dir, args.steps, args.batch_size, args.checkpoint_every, args.seed),
                                     None, args.seed)
     runs["faulted"] = one_run(run_config("faults", args.runs_dir, args.steps, args.batch_size, args.checkpoint_every, args.seed),

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient
 from rlstack.common.contracts.atropos import TrainerRegistration, group_name
+from rlstack.common.contracts.registry import Endpoint
 from rlstack.trainer import checkpoint
 from rlstack.trainer.batch import row_versions
 from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
@@ -47,6 +48,13 @@ if TYPE_CHECKING:  # wandb is imported only when a project is set
     from rlstack.trainer.tracking import WandbTracker
 
 log = logging.getLogger(__name__)
+LAGGING_LOOK_SECONDS = 5.0
+"""While it waits for a batch, how often the trainer looks for replicas behind its weights."""
+
+
+def replicas_behind(endpoints: list[Endpoint], version: int) -> set[str]:
+    """Ready replicas that report a weight version older than ``version``."""
+    return {e.id for e in endpoints if e.ready and e.weight_version < version}
 
 
 class TrainerStatus(BaseModel):
@@ -112,6 +120,8 @@ class TrainingLoop:
         self.status = TrainerStatus(steps=settings.steps)
         self.registered = False
         self.saved_step = 0
+        self._behind: set[str] = set()
+        """Replicas seen on older weights at the last look (``_catch_up_replicas``)."""
         """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
@@ -219,15 +229,43 @@ class TrainingLoop:
             await registry.aclose()
         log.warning("registry does not show weight version %d on every replica after %.0fs", version, timeout)
 
+    async def _catch_up_replicas(self) -> None:
+        """Publish again when a ready replica has served older weights than ours at two looks in a
+        row (one look could catch a heartbeat in flight): one restarted on the base model, or one
+        that missed a broadcast. Env servers bound staleness by the replicas' versions, so with
+        every replica behind no group starts, no batch comes, and without this the run stops."""
+        if self.publisher is None or self.s.registry_url is None or self.step == 0:
+            return
+        from rlstack.common.registry_client import RegistryClient
+
+        registry = RegistryClient(str(self.s.registry_url))
+        try:
+            endpoints = (await registry.list(model=self.s.served_model_name, ready=True)).endpoints
+        except (httpx.HTTPError, ValueError) as exc:  # the registry is away: look again later
+            log.debug("could not list replicas: %r", exc)
+            return
+        finally:
+            await registry.aclose()
+        behind = replicas_behind(endpoints, self.weight_version)
+        if behind & self._behind:
+            log.warning("replica(s) %s still serve weights older than v%d (restarted?): publishing again",
+                        ", ".join(sorted(behind & self._behind)), self.weight_version)
+            await self._publish()
+            behind = set()
+        self._behind = behind
+
     # -- training ----------------------------------------------------------------------------
     async def _next_batch(self) -> tuple[list[dict], float]:
-        start = time.monotonic()
+        start = looked = time.monotonic()
         while True:
             batch = await self.batcher.batch(saved_step=self.saved_step)
             if batch:
                 waited = time.monotonic() - start
                 self.metrics.batch_wait_seconds.inc(waited)
                 return batch, waited
+            if time.monotonic() - looked >= LAGGING_LOOK_SECONDS:
+                looked = time.monotonic()
+                await self._catch_up_replicas()
             await asyncio.sleep(0.05)
 
     async def _publish(self) -> float | None:

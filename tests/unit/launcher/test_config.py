@@ -52,3 +52,19 @@ def test_each_cli_agent_run_serves_and_trains_its_own_demo_policy(path):
     for name in ("inference", "trainer"):
         args = services[name].args
         assert args[args.index("--model") + 1] == f"models/{agent}-demo"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_a_restarted_replica_finds_the_trainers_published_weights(path):
+    """A replica ``rlstack up`` restarts loads the newest weights the trainer published, from the
+    trainer's ``weights_dir`` (``{run_dir}/weights`` unless given). Without it, the fault run found,
+    the replica came back on the base model, the env servers' staleness bound read version 0 and
+    stopped, and the trainer waited for a batch forever."""
+    services = {s.name: s for s in RunConfig.load(path).services}
+    if "inference" not in services or "trainer" not in services:
+        return
+    trainer, replica = services["trainer"].args, services["inference"].args
+    if trainer[trainer.index("--sync-mode") + 1] not in ("filesystem", "lora"):
+        return
+    published = trainer[trainer.index("--weights-dir") + 1] if "--weights-dir" in trainer else "{run_dir}/weights"
+    assert "--weights-dir" in replica and replica[replica.index("--weights-dir") + 1] == published
