@@ -61,6 +61,12 @@ CLAUDE_CODE_SYSTEM_PROMPT = "You are a coding agent working in /app. Use the too
 """Replaces claude-code's default system prompt (about 10k tokens in the demo tokenizer)."""
 
 
+SUB_AGENT = "worker"
+"""The sub-agent type the sub-agent preset defines (``--agents``): one line of prompt and ``Bash``,
+where claude-code's own ``general-purpose`` type brings a 20 kB prompt and every tool."""
+SUB_AGENTS = {SUB_AGENT: {"description": "Runs a sub-task with shell commands and reports the result.",
+                          "prompt": "You are a worker in /app. Use Bash to do the sub-task, then say Done.", "tools": ["Bash"]}}
+
 CLAUDE_CODE_QUIET = ("CLAUDE_CODE_DISABLE_ATTACHMENTS", "CLAUDE_CODE_DISABLE_CLAUDE_MDS", "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
                      "CLAUDE_CODE_DISABLE_BUNDLED_SKILLS", "CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS")
 """What ``--bare`` turns off, asked for one by one where ``--bare`` cannot be given."""
@@ -84,7 +90,8 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -
         # --bare offers no Agent tool: without it, the flags and variables --bare implied cut what they can.
         command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions",
                    "--tools", f"{CLAUDE_CODE_TOOLS},Agent", "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT,
-                   "--disable-slash-commands", "--strict-mcp-config", "--setting-sources", ""]
+                   "--disable-slash-commands", "--strict-mcp-config", "--setting-sources", "",
+                   "--agents", json.dumps(SUB_AGENTS)]
         env |= {name: "1" for name in CLAUDE_CODE_QUIET}
         return AgentSpec(name="claude-code-subagents", command=command, env=env)
     command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlstack.common.names import SERVED_MODEL_NAME
+from rlstack.episodes.agents import SUB_AGENT
 from rlstack.episodes.harbor.make_tasks import BUGS, TaskSpec
 
 FINAL_TEXT = "Done."
@@ -66,6 +67,13 @@ def reference_commands(spec: TaskSpec, transcript: str) -> list[str]:
         buggy, fixed = seen[-1]
         return [look, f"sed -i 's/{buggy}/{fixed}/' /app/calc.py"]
     return [look, spec.solve.strip()]
+
+
+def sub_agent_type(messages: list[dict[str, Any]]) -> str:
+    """The sub-agent type to delegate to: the preset's own (``SUB_AGENT``) when claude-code lists it
+    among the agent types (a reminder in the first user turn)."""
+    listed = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
+    return SUB_AGENT if f"- {SUB_AGENT}: " in listed else "general-purpose"
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -119,7 +127,7 @@ class Teacher:
             if SUB_AGENT_TOOL in offered and not delegated:
                 if done == 0:  # the main thread hands the task to a sub-agent, then reports its result
                     arguments = json.dumps({"description": "Do the task", "prompt": SUB_TASK + spec.instruction.strip(),
-                                            "subagent_type": "general-purpose", "run_in_background": False})
+                                            "subagent_type": sub_agent_type(messages), "run_in_background": False})
                     call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
                             "function": {"name": SUB_AGENT_TOOL, "arguments": arguments}}
                     message = {"role": "assistant", "content": None, "tool_calls": [call]}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT
+from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT, SUB_AGENT, SUB_AGENTS
 from rlstack.episodes.harbor.make_tasks import generate
 from rlstack.modelkit.agent_capture import CaptureSpec, capture
 from rlstack.modelkit.agent_corpus import (
@@ -67,6 +67,9 @@ def test_claude_codes_sub_agent_runs_the_teachers_tool_calls_in_a_thread_of_its_
     assert ["Agent"] in calls_by_thread and ["Bash", "Bash"] in calls_by_thread, calls_by_thread
     main = threads[calls_by_thread.index(["Agent"])]
     sub = threads[calls_by_thread.index(["Bash", "Bash"])]
-    prompt = json.loads(main[0]["response"]["tool_calls"][0]["function"]["arguments"])["prompt"]
-    assert prompt in "\n".join(message_text(m) for m in sub[0]["request"]["messages"] if m["role"] == "user")
+    arguments = json.loads(main[0]["response"]["tool_calls"][0]["function"]["arguments"])
+    assert arguments["subagent_type"] == SUB_AGENT  # the preset's own type: one line of prompt, Bash alone
+    assert arguments["prompt"] in "\n".join(message_text(m) for m in sub[0]["request"]["messages"] if m["role"] == "user")
+    assert [t["function"]["name"] for t in sub[0]["request"]["tools"]] == ["Bash"]
+    assert SUB_AGENTS[SUB_AGENT]["prompt"] in json.dumps(sub[0]["request"]["messages"][0])
     assert main[-1]["response"]["content"] == "Done." and len(main) == 2  # after the sub-agent's result came back
