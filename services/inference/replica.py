@@ -6,14 +6,59 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
 from rlstack.common.auth import bearer
 
 log = logging.getLogger(__name__)
+PID_DIR = Path(tempfile.gettempdir()) / "rlstack-vllm"
+"""Where each sidecar records the vLLM it started, by vLLM's port: vLLM runs in a session of its
+own, so a sidecar killed alone (an OOM kill of one process) leaves it serving, and the next
+sidecar must stop it before it can bind the port."""
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def reap_previous(pid_file: Path, timeout: float = 30.0) -> int | None:
+    """Kill the process group of the vLLM an earlier sidecar recorded in ``pid_file``, if that very
+    process (same command line: not a reused pid) still runs; returns its pid."""
+    try:
+        pid_text, _, recorded = pid_file.read_bytes().partition(b"\n")
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    if _cmdline(pid) != recorded:
+        return None
+    log.warning("a vLLM left by an earlier sidecar (pid %d) still runs: killing its process group", pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while _cmdline(pid) == recorded and time.monotonic() < deadline:  # a zombie's cmdline is empty
+        time.sleep(0.1)
+    return pid
 
 
 class VllmProcess:
@@ -23,6 +68,7 @@ class VllmProcess:
         self.served_model_name = served_model_name
         self.headers = bearer(api_key)
         self.proc: subprocess.Popen | None = None
+        self.port_wait_seconds = 10.0
         self.loaded = False
         self.started_at = 0.0
         self.load_seconds: float | None = None
@@ -30,12 +76,33 @@ class VllmProcess:
         """The context length vLLM serves (its /v1/models entry), registered as a label so env
         servers read it from the registry: vLLM's own port is closed to them."""
 
+    @property
+    def port(self) -> int:
+        return int(self.argv[self.argv.index("--port") + 1])
+
     def start(self) -> None:
+        """Start vLLM on its port, after stopping one an earlier sidecar left there; refuse a port
+        another process holds (its server would answer our readiness checks as if it were ours)."""
+        pid_file = PID_DIR / f"{self.port}.pid"
+        reap_previous(pid_file)
+        deadline = time.monotonic() + self.port_wait_seconds
+        while port_taken(self.port):  # a killed server's socket can take a moment to go
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM's port {self.port} is held by another process (not a vLLM this replica's "
+                                   f"sidecars started): free it or give --vllm-port another")
+            time.sleep(0.2)
         log.info("starting vLLM: %s", " ".join(a if "api-key" not in prev else "***" for prev, a in zip(["", *self.argv], self.argv)))
         self.started_at = time.monotonic()
         # vLLM's output goes to ours (the replica's log); its own process group so a
         # Ctrl-C in a terminal reaches it only through us, in order.
         self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, start_new_session=True)
+        PID_DIR.mkdir(parents=True, exist_ok=True)
+        cmdline = None
+        while cmdline is None or (not cmdline and self.proc.poll() is None):  # /proc fills in after exec
+            cmdline = _cmdline(self.proc.pid) or b""
+            if not cmdline:
+                time.sleep(0.01)
+        pid_file.write_bytes(f"{self.proc.pid}\n".encode() + cmdline)
 
     @property
     def exited(self) -> int | None:
@@ -69,6 +136,7 @@ class VllmProcess:
         raise TimeoutError(f"vLLM did not list {self.served_model_name} within {timeout}s")
 
     def stop(self, grace: float = 30.0) -> int | None:
+        (PID_DIR / f"{self.port}.pid").unlink(missing_ok=True)
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
         os.killpg(self.proc.pid, signal.SIGTERM)
