@@ -169,6 +169,16 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
                       lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """Where every finished trial of a local agent run went (``rlstack.ops.ledger``); exit 1 if any was lost."""
+    from rlstack.ops.ledger import audit
+
+    run = args.run_dir
+    ledger = audit(run / "trials", run / "env-journal", run / "batcher" / "batcher.wal", run / "metrics.jsonl")
+    print(ledger.model_dump_json(indent=2))
+    return 0 if ledger.ok else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -342,6 +352,10 @@ def main(argv: list[str] | None = None) -> None:
     ccd.add_argument("--seed", type=int, default=0)
     ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
     ccd.set_defaults(func=cmd_make_cli_agent_demo)
+    ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
+                                           "a reason, still queued, or lost (exit 1 if any was lost or trained twice)")
+    ledger.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    ledger.set_defaults(func=cmd_ledger)
     doctor = sub.add_parser("doctor", help="walk the health chain (proxy, replicas, batcher, GPUs, sandboxes) and explain failures")
     doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
     doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")

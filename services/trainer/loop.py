@@ -154,11 +154,13 @@ class TrainingLoop:
             state = checkpoint.load_state(resume)
             self.step, self.weight_version = state.step, state.weight_version
             self.saved_step = self.step
-            # Steps after the checkpoint were lost with the process: their records go too.
-            records = [r for r in read_lines(self.records_path, StepRecord) if r.step <= self.step]
-            self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
-            self.recent_rewards.extend(r.reward_mean for r in records)
             log.info("resumed from %s at step %d", resume, self.step)
+        # Steps after the checkpoint (all of them, killed before the first) were lost with the
+        # process: their records go too, or a step trained again would be recorded twice.
+        records = [r for r in read_lines(self.records_path, StepRecord) if r.step <= self.step]
+        if self.records_path.exists():
+            self.records_path.write_text("".join(r.model_dump_json() + "\n" for r in records))
+        self.recent_rewards.extend(r.reward_mean for r in records)
 
     async def _register(self) -> None:
         await self.batcher.register_trainer(TrainerRegistration(

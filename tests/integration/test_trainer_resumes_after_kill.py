@@ -1,7 +1,8 @@
 """The trainer killed with SIGKILL mid-run resumes from its last checkpoint: the step, the
 optimiser state and the per-step records continue where the checkpoint left them, and the run
-ends with every step recorded exactly once. The batch of the step lost with the process is served
-again to the resumed trainer: every group it took is trained once, none lost with its weights. Real batcher and trainer processes, the tiny
+ends with every step recorded exactly once, a kill before the first checkpoint too. The batch of a
+step lost with the process is served again to the resumed trainer: every group it took is trained
+once, none lost with its weights. Real batcher and trainer processes, the tiny
 model, no replicas (sync_mode none)."""
 
 from __future__ import annotations
@@ -40,14 +41,19 @@ def test_trainer_resumes_from_its_last_checkpoint(service_factory, tiny_model, t
         group["group_overrides"] = {GROUP_NAME_KEY: f"g{seed}"}
         httpx.post(f"{batcher.url}/scored_data", json=group, timeout=10).raise_for_status()
 
-    for seed in range(3):
+    post(0)
+    wait_until(lambda: status(trainer)["step"] == 1, timeout=120)
+    trainer.kill()  # before its first checkpoint: step 1 is lost, and so must be its record
+
+    trainer = service_factory("trainer", trainer_args(batcher.url, tiny_model, run_dir), ready_timeout=120)
+    for seed in range(1, 3):
         post(seed)
     wait_until(lambda: status(trainer)["step"] == 3, timeout=120)
     assert (run_dir / "checkpoints" / "step-000002" / "optimizer.pt").exists()
     trainer.kill()  # step 3 was taken but never checkpointed: it is lost with the process
 
     trainer = service_factory("trainer", trainer_args(batcher.url, tiny_model, run_dir), ready_timeout=120)
-    assert status(trainer)["step"] == 2
+    assert "step-000002 at step 2" in trainer.log()  # resumed there (it may have retrained step 3 already: its batch is served again)
     for seed in range(3, 3 + STEPS - 2):
         post(seed)
     trainer.proc.wait(timeout=180)
