@@ -266,15 +266,18 @@ def plot(runs: dict[str, dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    for name, run in runs.items():
-        ax.plot(range(1, len(run["rewards"]) + 1), run["rewards"], label=name, marker=".")
+    for (name, run), color in zip(runs.items(), ("#36a", "#d80")):
+        steps = range(1, len(run["rewards"]) + 1)
+        ax.plot(steps, run["rewards"], color=color, alpha=0.3, marker=".", linewidth=0.8)
+        window = [mean(run["rewards"][max(0, i - 3):i + 1]) for i in range(len(run["rewards"]))]
+        ax.plot(steps, window, color=color, linewidth=2, label=f"{name} (mean of 4 steps)")
     for kill in runs.get("faulted", {}).get("kills", []):
         ax.axvline(kill["at_step"] + 0.5, color="#c44", alpha=0.35, linestyle="--")
         ax.annotate(kill["target"], (kill["at_step"] + 0.5, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=8, color="#c44")
     ax.set_xlabel("trainer step")
     ax.set_ylabel("mean reward of the step's batch")
     ax.set_title("Agent run with each service SIGKILLed once (dashed) vs the same seed unfaulted", fontsize=10)
-    ax.legend()
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -289,10 +292,15 @@ def main() -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "faults")
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--json-out", type=Path, default=None, help="the last line's JSON, kept (a plot can be redrawn from it)")
+    parser.add_argument("--replot", type=Path, default=None, help="draw --plot from a --json-out file and run nothing")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--baseline-dir", type=Path, default=None, help="an unfaulted run of the same flags, done before: read, not run again")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.replot is not None:
+        plot({k: v for k, v in json.loads(args.replot.read_text()).items() if k != "ok"}, args.plot or Path("fault-run.png"))
+        return 0
     targets = [t for t in args.targets.split(",") if t]
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown:
@@ -315,6 +323,8 @@ def main() -> int:
     ok = (faulted["failure"] is None and faulted["chaos_error"] is None and faulted["steps_done"] == faulted["steps"]
           and faulted["ledger_ok"] and set(faulted["replica_weight_versions"]) == {faulted["trainer_weight_version"]})
     print(json.dumps({"ok": ok, **runs}))
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"ok": ok, **runs}, indent=1) + "\n")
     return 0 if ok else 1
 
 
