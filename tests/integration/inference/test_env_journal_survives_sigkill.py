@@ -17,26 +17,19 @@ import httpx
 
 from rlstack.common.process import ServiceProcess
 from rlstack.ops.ledger import audit
-from tests.conftest import REPO, start_service
+from tests.conftest import start_service
+from tests.helpers.agent_env import agent_env_server, journal_entries
 from tests.integration.inference.conftest import SECRET
 
 RUN = "journal"
 
 
 def env_server(registry, proxy, batcher: ServiceProcess, journal: Path, logs: Path) -> ServiceProcess:  # noqa: ANN001
-    return start_service("envs", [
-        "--task", "harbor", "--tasks-dir", str(REPO / "examples" / "tasks"), "--agent", "builtin", "--sandbox", "local",
-        "--agent-max-turns", "1", "--max-tokens", "8", "--trials-dir", str(proxy.trials_dir), "--journal-dir", str(journal),
-        "--batcher-url", batcher.url, "--proxy-url", proxy.url, "--registry-url", registry.url, "--run-id", RUN,
-        "--name", "journal-env", "--group-size", "2", "--workers", "1", "--max-concurrent-trials", "1",
-        "--trial-key-secret", SECRET, "--trial-retries", "3"], logs, ready_timeout=120)
+    return agent_env_server(registry.url, proxy.url, proxy.trials_dir, batcher, journal, logs, RUN, "journal-env", SECRET)
 
 
 def entries(journal: Path) -> list[dict]:
-    """Every journal line of the run's env servers, the killed ones' and the live one's."""
-    lines = [line for path in sorted(journal.glob(f"{RUN}-journal-env.*.jsonl")) if not path.name.endswith("abandoned.jsonl")
-             for line in path.read_text().splitlines()]
-    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+    return journal_entries(journal, RUN, "journal-env")
 
 
 def wait_until(condition, timeout: float = 180):  # noqa: ANN001, ANN201
