@@ -120,9 +120,9 @@ class TrainingLoop:
         self.status = TrainerStatus(steps=settings.steps)
         self.registered = False
         self.saved_step = 0
+        """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
         self._behind: set[str] = set()
         """Replicas seen on older weights at the last look (``_catch_up_replicas``)."""
-        """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
         self.records_path = self.run_dir / "metrics.jsonl"
