@@ -96,13 +96,8 @@ class VllmProcess:
         # vLLM's output goes to ours (the replica's log); its own process group so a
         # Ctrl-C in a terminal reaches it only through us, in order.
         self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, start_new_session=True)
-        PID_DIR.mkdir(parents=True, exist_ok=True)
-        cmdline = None
-        while cmdline is None or (not cmdline and self.proc.poll() is None):  # /proc fills in after exec
-            cmdline = _cmdline(self.proc.pid) or b""
-            if not cmdline:
-                time.sleep(0.01)
-        pid_file.write_bytes(f"{self.proc.pid}\n".encode() + cmdline)
+        PID_DIR.mkdir(parents=True, exist_ok=True)  # Popen returns after the exec: /proc shows vLLM's command line
+        pid_file.write_bytes(f"{self.proc.pid}\n".encode() + (_cmdline(self.proc.pid) or b""))
 
     @property
     def exited(self) -> int | None:

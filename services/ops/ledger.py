@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel
 
@@ -41,8 +41,7 @@ from rlstack.trainer.report import StepRecord, read_lines
 
 Fate = Literal["trained once", "trained twice or more", "abandoned with a reason", "dropped by the batcher",
                "queued when the run stopped", "left to the env server's next start", "lost"]
-FATES: tuple[Fate, ...] = ("trained once", "trained twice or more", "abandoned with a reason", "dropped by the batcher",
-                           "queued when the run stopped", "left to the env server's next start", "lost")
+FATES: tuple[Fate, ...] = get_args(Fate)
 
 
 class BatcherLog(BaseModel):

@@ -15,6 +15,7 @@ from rlstack.common.ports import free_port
 from rlstack.ops.ledger import audit
 from tests.conftest import PROXY_PYTHON, start_service
 from tests.helpers.agent_env import agent_env_server, journal_entries
+from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import SECRET
 
 RUN = "proxykill"
@@ -22,13 +23,6 @@ RUN = "proxykill"
 
 def posted(journal) -> int:  # noqa: ANN001
     return sum(e["kind"] == "posted" for e in journal_entries(journal, RUN, "proxykill-env"))
-
-
-def wait_until(condition, timeout: float = 240) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
 
 
 def test_a_proxy_killed_mid_run_loses_no_finished_trial(registry, replica, proxy, stack_logs, tmp_path):
@@ -44,13 +38,13 @@ def test_a_proxy_killed_mid_run_loses_no_finished_trial(registry, replica, proxy
                            SECRET, workers=2)
     again = None
     try:
-        wait_until(lambda: posted(journal) >= 1)
+        wait_until(lambda: posted(journal) >= 1, timeout=240)
         doomed.proc.kill()  # trials in flight lose their proxy mid-call
         doomed.proc.wait(30)
         time.sleep(2)
         again = start_service("proxy", args, stack_logs, port=port, python=PROXY_PYTHON, ready_timeout=180)
         before = posted(journal)
-        wait_until(lambda: posted(journal) >= before + 2)  # the run goes on through the new proxy
+        wait_until(lambda: posted(journal) >= before + 2, timeout=240)  # the run goes on through the new proxy
     finally:
         env.terminate()
         batcher.terminate()
