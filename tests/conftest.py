@@ -19,6 +19,24 @@ VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 
 
+def cpu_identity() -> str:
+    """The CPU model and the ISA features vLLM's CPU kernels choose by: CI's machine changes between runs."""
+    import platform
+
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    features = {"isa": torch.backends.cpu.get_cpu_capability(), "amx": torch.cpu._is_amx_tile_supported(),
+                "avx512_bf16": torch.cpu._is_avx512_bf16_supported()}
+    return f"{model}; " + ", ".join(f"{k}={v}" for k, v in features.items())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
+    """The CPU at the end of the output, where CI's tail shows it beside any failure."""
+    terminalreporter.write_line(f"cpu: {cpu_identity()}")
+
+
 def start_service(name: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None, port: int | None = None,
                   python: Path | str = sys.executable, ready_timeout: float = 30.0) -> ServiceProcess:
     port = port or free_port()

@@ -91,7 +91,7 @@ class StandInIpcReplica:
                 except Exception as exc:  # noqa: BLE001 - answered as vLLM would, with a 500
                     self._answer(500, {"error": f"{type(exc).__name__}: {exc}"})
                     return
-                self._answer(200, {})
+                self._answer(200, {"success": True} if path == "/reset_prefix_cache" else {})  # vLLM's answers
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

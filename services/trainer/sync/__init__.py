@@ -100,10 +100,27 @@ async def save_version(model, shared_dir: Path, version: int) -> tuple[Path, flo
     return path, time.perf_counter() - start
 
 
+PAUSE = {"mode": "keep", "clear_cache": "true"}
+"""Hold in-flight calls for the update. In vLLM 0.32 a ``keep`` pause preempts them and drops the
+prefix cache (their docs say ``clear_cache`` is ignored there; their engine does clear): a held call
+recomputes its context under the new weights when generation resumes, so every token labelled
+with the new version was sampled from the new weights alone. Asked for by name, not by default."""
+RESET_ALL = {"reset_running_requests": "true"}
+"""The reset after the update preempts too: without it vLLM refuses while any call holds KV and
+says so only in its answer, leaving every prefix the old weights computed hittable by the new
+version's calls (``check_reset`` turns that answer into an error)."""
+
+
+def check_reset(url: str, answer: httpx.Response) -> None:
+    answer.raise_for_status()
+    if not answer.json().get("success"):
+        raise RuntimeError(f"{url} kept its prefix cache after a weight update: {answer.text}")
+
+
 @contextlib.asynccontextmanager
 async def paused(client: httpx.AsyncClient, url: str) -> AsyncIterator[None]:
     """Generation paused with in-flight requests kept; resumed whatever happens in between."""
-    (await client.post(f"{url}/pause", params={"mode": "keep"})).raise_for_status()
+    (await client.post(f"{url}/pause", params=PAUSE)).raise_for_status()
     try:
         yield
     finally:
@@ -116,7 +133,7 @@ async def mark_new_weights(client: httpx.AsyncClient, url: str, version: int) ->
     computed by the old weights."""
     (await client.post(f"{url}/update_weight_version", json={"new_version": str(version)})).raise_for_status()
     (await client.post(f"{url}/collective_rpc", json=version_rpc(version))).raise_for_status()
-    (await client.post(f"{url}/reset_prefix_cache")).raise_for_status()
+    check_reset(url, await client.post(f"{url}/reset_prefix_cache", params=RESET_ALL))
 
 
 def finish_update(client: httpx.Client, url: str, version: int) -> None:
@@ -125,7 +142,7 @@ def finish_update(client: httpx.Client, url: str, version: int) -> None:
     publishers run in a thread)."""
     client.post(f"{url}/finish_weight_update", json={"weight_version": str(version)}).raise_for_status()
     client.post(f"{url}/collective_rpc", json=version_rpc(version)).raise_for_status()
-    client.post(f"{url}/reset_prefix_cache").raise_for_status()
+    check_reset(url, client.post(f"{url}/reset_prefix_cache", params=RESET_ALL))
 
 
 class WeightPublisher(Protocol):

@@ -30,6 +30,7 @@ from rlstack.common.gloo import gloo_group
 from rlstack.common.ports import free_port
 from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync import (
+    PAUSE,
     SyncFailed,
     SyncReport,
     finish_update,
@@ -147,7 +148,7 @@ class BroadcastPublisher:
             raise
         session = Session(client=client, url=url, link=link)
         try:
-            client.post(f"{url}/pause", params={"mode": "keep"}).raise_for_status()
+            client.post(f"{url}/pause", params=PAUSE).raise_for_status()
             session.paused = True
             client.post(f"{url}/start_weight_update").raise_for_status()
 

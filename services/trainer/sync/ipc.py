@@ -34,7 +34,7 @@ import torch
 
 from rlstack.common.auth import bearer
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import SyncFailed, SyncReport, finish_update, full_weights
+from rlstack.trainer.sync import PAUSE, SyncFailed, SyncReport, finish_update, full_weights
 
 log = logging.getLogger(__name__)
 HandleFn = Callable[[torch.Tensor], tuple]
@@ -149,7 +149,7 @@ class IpcPublisher:
                 if rid not in self.initialised:
                     client.post(f"{url}/init_weight_transfer_engine", json={"init_info": {"packed": False}}).raise_for_status()
                     self.initialised.add(rid)
-                client.post(f"{url}/pause", params={"mode": "keep"}).raise_for_status()
+                client.post(f"{url}/pause", params=PAUSE).raise_for_status()
                 paused.append((rid, url))
                 client.post(f"{url}/start_weight_update").raise_for_status()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import httpx
 import torch
@@ -21,11 +22,14 @@ from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import endpoint
 from tests.integration.inference.logprob_probe import grpo_step_on, probe_group
 
-NOISE = 1e-4
-"""Mean k3 KL per token (the trainer's mismatch figure) under the weights that sampled it: CPU kernels
-vs eager float32 give ~1e-5; the run's target for the mismatch check."""
-MOVED = 1e-3
-"""The same under the other version's weights: at least this, after the GRPO step between them."""
+NOISE = 1e-3
+"""Mean k3 KL per token (the trainer's mismatch figure) under the weights that sampled it: vLLM's
+float32 CPU kernels against eager float32. It depends on the CPU the kernels were built for: 2e-6
+to 1.5e-5 on an AMD EPYC with AVX2, 1.4e-4 on one CI machine (under the stepped weights, whose
+sharper logits round worse). A tenth of ``MOVED``, so neither version can pass for the other."""
+MOVED = 1e-2
+"""The same under the other version's weights: at least this after the GRPO step between them
+(measured 0.09 to 3.8 on the AMD EPYC)."""
 PROMPT = [{"role": "user", "content": "Count to ten."}]
 LONG = 1024
 """Tokens of a call a sync lands in: far more than a decode step makes while the sync pauses the replica."""
@@ -58,32 +62,47 @@ def label(base: str) -> str:
     return httpx.get(f"{base}/weight_info").json()["weight_version"]
 
 
+async def generate(client: httpx.AsyncClient, base: str, prompt: list[int], max_tokens: int,
+                   on_first_token: Callable[[], Awaitable[None]] | None = None) -> tuple[list[int], list[float], int, list[dict] | None]:
+    """One streamed token-in call: its ids, logprobs, per-version spans, and how many tokens were out
+    when ``on_first_token`` (a sync landing mid-call) was awaited."""
+    body = {"token_ids": prompt, "stream": True, "sampling_params": {"max_tokens": max_tokens, "temperature": 1.0,
+                                                                     "ignore_eos": True, "logprobs": 0}}
+    ids, lps, early, spans = [], [], 0, None
+    async with client.stream("POST", f"{base}/inference/v1/generate", json=body) as r:
+        assert r.status_code == 200, await r.aread()
+        async for line in r.aiter_lines():
+            event = sse(line)
+            if not event or not event.get("choices"):
+                continue
+            choice = event["choices"][0]
+            ids += choice.get("token_ids") or []
+            lps += [t["logprob"] for t in (choice.get("logprobs") or {}).get("content") or []]
+            spans = choice.get("weight_versions") or spans
+            if ids and not early and on_first_token is not None:
+                early = len(ids)
+                await on_first_token()
+    return ids, lps, early, spans
+
+
+def prefix_cache_hits(base: str) -> float:
+    """vLLM's count of prompt tokens served from its prefix cache."""
+    lines = httpx.get(f"{base}/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:prefix_cache_hits_total"))
+
+
 def test_vllm_labels_every_token_with_the_version_our_sync_loaded(registry, sync_replica, tiny_model, tmp_path):
     """The sidecar labels what it loaded; the filesystem sync moves the label while generation is
-    paused, so a call the sync lands in reports v0 for exactly the tokens v0's weights sampled."""
+    paused, so a call the sync lands in reports v0 for exactly the tokens v0's weights sampled, and
+    v1 for tokens v1 sampled on a context it recomputed (the sync preempts the paused call)."""
     base = sync_replica.vllm_url
     assert label(base) == "0"
-    v0, _ = two_versions(tiny_model, tmp_path)
+    v0, v1 = two_versions(tiny_model, tmp_path)
     prompt = [1, 298, 203, 306, 283, 225]
 
     async def generate_across_a_sync() -> tuple[list[int], list[float], int, list[dict] | None]:
-        body = {"token_ids": prompt, "stream": True, "sampling_params": {"max_tokens": LONG, "temperature": 1.0,
-                                                                         "ignore_eos": True, "logprobs": 0}}
-        ids, lps, early, spans = [], [], 0, None
-        async with httpx.AsyncClient(timeout=600) as client, client.stream("POST", f"{base}/inference/v1/generate", json=body) as r:
-            assert r.status_code == 200, await r.aread()
-            async for line in r.aiter_lines():
-                event = sse(line)
-                if not event or not event.get("choices"):
-                    continue
-                choice = event["choices"][0]
-                ids += choice.get("token_ids") or []
-                lps += [t["logprob"] for t in (choice.get("logprobs") or {}).get("content") or []]
-                spans = choice.get("weight_versions") or spans
-                if ids and not early:  # generating: now the sync lands
-                    early = len(ids)
-                    await reload_from(client, base, tmp_path / "v1", 1)
-        return ids, lps, early, spans
+        async with httpx.AsyncClient(timeout=600) as client:
+            return await generate(client, base, prompt, LONG, lambda: reload_from(client, base, tmp_path / "v1", 1))
 
     ids, lps, early, spans = asyncio.run(generate_across_a_sync())
     assert len(ids) == len(lps) == LONG and label(base) == "1"
@@ -92,7 +111,34 @@ def test_vllm_labels_every_token_with_the_version_our_sync_loaded(registry, sync
     assert spans[0]["start"] == 0 and spans[1]["start"] == switch and spans[1]["end"] == LONG
     assert early <= switch < LONG
     assert mismatch(v0, prompt, ids[:switch], lps[:switch]) < NOISE  # v0's part is exactly v0's
+    assert mismatch(v1, prompt + ids[:switch], ids[switch:], lps[switch:]) < NOISE  # and v1's exactly v1's
     wait_until(lambda: endpoint(registry, sync_replica.replica_id)["weight_version"] == 1, timeout=20)
+
+
+def test_a_sync_drops_every_prefix_the_old_weights_computed_while_a_call_is_held(sync_replica, tiny_model, tmp_path):
+    """A sync lands while a call holds KV (what a busy run always has): a prompt cached before it is
+    computed afresh after it, so the new version's calls never read the old weights' KV. vLLM
+    refuses a plain reset while any request holds blocks and says so only in its answer."""
+    base = sync_replica.vllm_url
+    _, v1 = two_versions(tiny_model, tmp_path)
+    cached = [1, *range(300, 600)]  # two of vLLM's 128-token CPU blocks and more
+    held = [1, 298, 203, 306, 283, 225]
+
+    async def run() -> tuple[float, float, float, list[int], list[float]]:
+        async with httpx.AsyncClient(timeout=600) as client:
+            before = prefix_cache_hits(base)
+            await generate(client, base, cached, 1)
+            await generate(client, base, cached, 1)
+            warm = prefix_cache_hits(base)
+            await generate(client, base, held, 256, lambda: reload_from(client, base, tmp_path / "v1", 1))
+            synced = prefix_cache_hits(base)
+            ids, lps, _, _ = await generate(client, base, cached, 16)
+            return warm - before, synced, prefix_cache_hits(base), ids, lps
+
+    reused, synced, after, ids, lps = asyncio.run(run())
+    assert reused >= 256  # the control: the prompt's full blocks were served from the cache
+    assert after == synced  # after the sync: none were
+    assert mismatch(v1, cached, ids, lps) < NOISE
 
 
 def test_the_proxy_answers_and_records_the_versions_the_replica_reports(registry, replica, proxy, tiny_model, tmp_path):

@@ -36,14 +36,17 @@ from tests.helpers.wait import wait_until
 class StandInReplicaTransport(httpx.BaseTransport):
     """Stands in for a replica's vLLM routes (no GPU here): records each call, optionally fails one."""
 
-    def __init__(self, fail_path: str | None = None) -> None:
+    def __init__(self, fail_path: str | None = None, keeps_prefix_cache: bool = False) -> None:
         self.calls: list[tuple[str, dict | None]] = []
         self.fail_path = fail_path
+        self.keeps_prefix_cache = keeps_prefix_cache
+        """Answer the reset as vLLM does while a call holds KV: 200, ``success: false``."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
         self.calls.append((request.url.path, body))
-        return httpx.Response(500 if request.url.path == self.fail_path else 200, json={})
+        answer = {"success": not self.keeps_prefix_cache} if request.url.path == "/reset_prefix_cache" else {}
+        return httpx.Response(500 if request.url.path == self.fail_path else 200, json=answer)
 
 
 def test_payload_carries_names_shapes_and_a_handle_per_tensor():
@@ -87,6 +90,12 @@ def test_publish_drives_vllms_routes_in_order_and_always_resumes():
         with pytest.raises(SyncFailed):
             asyncio.run(publisher.publish(model, version=4))
         assert [p for p, _ in failing.calls][-1] == "/resume"  # generation is never left paused
+
+        stale = StandInReplicaTransport(keeps_prefix_cache=True)
+        publisher = IpcPublisher(in_process_registry(registry.app), "policy", transport=stale, source=IpcSource("GPU-1", lambda t: ("h",)))
+        with pytest.raises(SyncFailed, match="kept its prefix cache"):  # the old weights' KV would serve the new version
+            asyncio.run(publisher.publish(model, version=5))
+        assert [p for p, _ in stale.calls][-1] == "/resume"
 
 
 def test_ranks_handles_to_one_layer_merge_by_device():
