@@ -69,11 +69,50 @@ def reference_commands(spec: TaskSpec, transcript: str) -> list[str]:
     return [look, spec.solve.strip()]
 
 
-def sub_agent_type(messages: list[dict[str, Any]]) -> str:
+def sub_agent_type(users: str) -> str:
     """The sub-agent type to delegate to: the preset's own (``SUB_AGENT``) when claude-code lists it
-    among the agent types (a reminder in the first user turn)."""
-    listed = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
-    return SUB_AGENT if f"- {SUB_AGENT}: " in listed else "general-purpose"
+    among the agent types (a reminder in the first user turn; ``users``: the user turns' text)."""
+    return SUB_AGENT if f"- {SUB_AGENT}: " in users else "general-purpose"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What the teacher reads of a call, whether it came as OpenAI messages or as the prompt a
+    template rendered (``teacher_forcing``)."""
+
+    users: str
+    """The user turns' text."""
+    transcript: str
+    """Every turn's text."""
+    offered: set[str]
+    """The names of the tools the call offers."""
+    tool_calls_made: int
+    """Assistant turns so far that called a tool."""
+
+
+def next_message(spec: TaskSpec | None, seen: Conversation) -> dict[str, Any]:
+    """The teacher's answer: the next reference tool call, a delegation to a sub-agent, or the final text."""
+    if spec is None or not seen.offered:
+        return {"role": "assistant", "content": "ok"}  # a side call (title, ping)
+    done = seen.tool_calls_made
+    commands = reference_commands(spec, seen.transcript)
+    shell = next((name for name in SHELL_TOOLS if name in seen.offered), None)
+    if SUB_AGENT_TOOL in seen.offered and SUB_TASK not in seen.users:
+        if done:  # the sub-agent's result is back
+            return {"role": "assistant", "content": FINAL_TEXT}
+        # the main thread hands the task to a sub-agent, then reports its result
+        arguments = {"description": "Do the task", "prompt": SUB_TASK + spec.instruction.strip(),
+                     "subagent_type": sub_agent_type(seen.users), "run_in_background": False}
+        return tool_call(SUB_AGENT_TOOL, arguments)
+    if shell is not None and done < len(commands):
+        return tool_call(shell, {SHELL_TOOLS[shell]: commands[done]})
+    return {"role": "assistant", "content": FINAL_TEXT}
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -107,39 +146,21 @@ class Teacher:
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
 
-    def find_task(self, messages: list[dict[str, Any]]) -> TaskSpec | None:
-        users = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
-        # the longest: one greeting's instruction can be the start of another's
+    def find_task(self, users: str) -> TaskSpec | None:
+        """The task whose instruction the user turns (``users``: their text) carry; the longest, since
+        one greeting's instruction can be the start of another's."""
         return max((spec for text, spec in self.tasks.items() if text in users), key=lambda s: len(s.instruction), default=None)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         """The next assistant message: the next reference tool call, or the final text."""
         messages = body.get("messages") or []
-        spec = self.find_task(messages)
-        if spec is None or not body.get("tools"):
-            message: dict[str, Any] = {"role": "assistant", "content": "ok"}  # a side call (title, ping)
-        else:
-            done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
-            commands = reference_commands(spec, "\n".join(message_text(m) for m in messages))
-            offered = {t.get("function", {}).get("name") for t in body["tools"]}
-            shell = next((name for name in SHELL_TOOLS if name in offered), None)
-            delegated = any(SUB_TASK in message_text(m) for m in messages if m.get("role") == "user")
-            if SUB_AGENT_TOOL in offered and not delegated:
-                if done == 0:  # the main thread hands the task to a sub-agent, then reports its result
-                    arguments = json.dumps({"description": "Do the task", "prompt": SUB_TASK + spec.instruction.strip(),
-                                            "subagent_type": sub_agent_type(messages), "run_in_background": False})
-                    call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
-                            "function": {"name": SUB_AGENT_TOOL, "arguments": arguments}}
-                    message = {"role": "assistant", "content": None, "tool_calls": [call]}
-                else:
-                    message = {"role": "assistant", "content": FINAL_TEXT}
-            elif shell is not None and done < len(commands):
-                arguments = json.dumps({SHELL_TOOLS[shell]: commands[done]}, ensure_ascii=False)
-                call = {"id": f"chatcmpl-tool-{secrets.token_hex(8)}", "type": "function",
-                        "function": {"name": shell, "arguments": arguments}}
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            else:
-                message = {"role": "assistant", "content": FINAL_TEXT}
+        seen = Conversation(
+            users="\n".join(message_text(m) for m in messages if m.get("role") == "user"),
+            transcript="\n".join(message_text(m) for m in messages),
+            offered={t.get("function", {}).get("name") for t in body.get("tools") or []},
+            tool_calls_made=sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls")))
+        spec = self.find_task(seen.users)
+        message = next_message(spec, seen)
         with self._lock:
             self.exchanges.append(Exchange(body, message, spec.name if spec else None))
         return message

@@ -29,7 +29,8 @@ class ReplicaHandle:
 
 
 def start_replica(registry_url: str, model: Path, log_dir: Path, replica_id: str, dp_rank: int = 0,
-                  served_model_name: str = "policy", extra_args: list[str] | None = None) -> ReplicaHandle:
+                  served_model_name: str = "policy", extra_args: list[str] | None = None,
+                  env: dict[str, str] | None = None) -> ReplicaHandle:
     if not VLLM_PYTHON.exists():
         pytest.fail("no .venv-vllm: run `make setup-vllm`")
     vllm_port = free_port()
@@ -38,7 +39,7 @@ def start_replica(registry_url: str, model: Path, log_dir: Path, replica_id: str
         ["--model", str(model), "--vllm-port", str(vllm_port), "--registry-url", registry_url, "--replica-id", replica_id,
          "--dp-rank", str(dp_rank), "--served-model-name", served_model_name, "--heartbeat-seconds", "1", "--kv-cache-gib", "1", "--max-model-len", "32768",
          *(extra_args or [])],
-        log_dir, python=VLLM_PYTHON, ready_timeout=300,
+        log_dir, python=VLLM_PYTHON, ready_timeout=300, env=env,
     )
     return ReplicaHandle(sidecar, vllm_port, replica_id)
 

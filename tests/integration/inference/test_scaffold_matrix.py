@@ -15,6 +15,7 @@ table (``python -m tests.integration.inference.test_scaffold_matrix`` prints it)
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +43,15 @@ from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
 from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
+from rlstack.modelkit.teacher_forcing import TASKS_ENV, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.integration.inference.conftest import ReplicaHandle, start_replica
 
 SERVED = "cc-demo"
 """Its own served name: the session's shared proxy never routes to this replica."""
+FORCED_SERVED = "teacher-forced"
+FORCING = "rlstack.modelkit.teacher_forcing:TeacherForcing"
+MATRIX_TASKS = generate(4, 1000)[:3]
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +122,9 @@ class Cell:
     """The tool-call ids a request sends back as tool results, in its dialect."""
     segments: dict[str, int] = field(default_factory=lambda: {"main": 1})
     """The trial's trained sequences by kind."""
+    policy: str = "demo"
+    """What samples its tokens: ``demo``, the warm-started demo policy; ``teacher-forced``, the tiny
+    model with the scripted teacher's turns forced in vLLM (``modelkit.teacher_forcing``)."""
 
 
 CELLS = [
@@ -129,14 +137,23 @@ CELLS = [
     Cell("opencode", "`opencode run --auto --pure` on an OpenAI-compatible provider (`--agent opencode`)", "openai", True,
          lambda: opencode_agent(), chat_results),
 ]
+FORCED_CELLS = [
+    Cell("claude-code + sub-agents", "`claude -p --tools Bash,Read,Edit,Agent --agents <worker>` (`claude_code_agent(subagents=True)`)",
+         "anthropic", True, lambda: claude_code_agent(subagents=True), anthropic_results,
+         segments={"main": 1, "sub_agent": 1}, policy="teacher-forced"),
+]
+"""Cells whose scenario a warm-started demo policy would cost minutes to learn (measured for the
+sub-agents: the suite's warm start went from 237 s to 435 s, docs/agent-trials.md): the scripted
+teacher's turns are sampled by vLLM itself, so their ids and logprobs are still vLLM's."""
 
 
 def matrix_table() -> str:
-    rows = ["| agent | run as | dialect | streamed | segments trained | trial `ok` | tool calls run (>= 2) | continued calls spliced, 0 thread breaks | reward = verifier's |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| agent | run as | dialect | streamed | policy | segments trained | trial `ok` | tool calls run (>= 2) | continued calls spliced, 0 thread breaks | reward = verifier's |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     dialects = {"openai": "chat completions", "anthropic": "Anthropic messages", "responses": "Responses"}
-    rows += [f"| {c.agent} | {c.run_as} | {dialects[c.api]} | {'yes' if c.streamed else 'no'} | {', '.join(f'{k} {v}' for k, v in c.segments.items())} | yes | yes | yes | yes |"
-             for c in CELLS]
+    policies = {"demo": "demo (warm-started)", "teacher-forced": "tiny model, teacher-forced"}
+    rows += [f"| {c.agent} | {c.run_as} | {dialects[c.api]} | {'yes' if c.streamed else 'no'} | {policies[c.policy]} | {', '.join(f'{k} {v}' for k, v in c.segments.items())} | yes | yes | yes | yes |"
+             for c in CELLS + FORCED_CELLS]
     return "\n".join(rows)
 
 
@@ -146,13 +163,44 @@ def test_a_scaffold_runs_the_policys_tool_calls_token_exact(cell, demo_model, de
     """Learnt tasks in turn until one trial runs two tool calls: the policy samples at temperature 1.0
     and codex's chunk ids are new to it, so about one codex trial in twelve stops after one call
     (measured); every trial, whatever the policy did, is checked for the chain."""
-    proxy, trials_dir = demo_proxy
-    for spec in generate(4, 1000)[:3]:
+    run_cell(cell, *demo_proxy, SERVED, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def forced_proxy(registry, tiny_model, stack_logs, tmp_path_factory):
+    """The tiny model with the teacher's turns forced, on the matrix's tasks, behind a proxy of its own."""
+    root = tmp_path_factory.mktemp("forced")
+    tasks = write_tasks(MATRIX_TASKS, root / "tasks.json")
+    replica = start_replica(registry.url, tiny_model, stack_logs, "replica-forced", served_model_name=FORCED_SERVED,
+                            extra_args=[f"--extra-vllm-args={json.dumps(['--logits-processors', FORCING])}"],
+                            env={TASKS_ENV: str(tasks)})
+    try:
+        svc = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(root / "trials"),
+                                      "--served-model-name", FORCED_SERVED, "--max-tokens-cap", "256", "--watch-timeout-seconds", "2"],
+                            stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+        yield svc, root / "trials", FORCED_SERVED
+        svc.terminate()
+    finally:
+        replica.sidecar.terminate(grace=60)
+
+
+@pytest.mark.parametrize("cell", FORCED_CELLS, ids=[c.agent.replace(" + ", "+") for c in FORCED_CELLS])
+def test_a_scaffold_runs_the_teachers_forced_tool_calls_token_exact(cell, forced_proxy, claude_bin, tmp_path):
+    """The same chain and the same checks, with the teacher choosing each token vLLM samples:
+    claude-code's main thread delegates to its ``worker`` sub-agent, whose own thread runs the task's
+    two commands; both threads are trained, on vLLM's ids, with the verifier's reward."""
+    run_cell(cell, *forced_proxy, tmp_path)
+
+
+def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path) -> None:  # noqa: ANN001 - a ServiceProcess
+    """Trials of the matrix's tasks in turn until one runs two of the policy's tool calls in the cell's
+    segments; each trial on the way is checked for the whole chain."""
+    for spec in MATRIX_TASKS:
         write_task(spec, tmp_path / "tasks")
     agent = cell.make()
     for task in sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name):
-        trial = f"{cell.agent}-{task.short_name}"
-        env = trial_env(agent, proxy.url, "matrix", trial, "open", SERVED)
+        trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}"
+        env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])
         result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig()), trials_dir))

@@ -115,5 +115,5 @@ def test_an_instruction_that_starts_another_does_not_take_its_task():
     short, long = generate(2, 3, ("write-greeting",))
     short.instruction, long.instruction = "Create the file: river\n", "Create the file: river apple\n"
     teacher = Teacher([short, long])
-    assert teacher.find_task([{"role": "user", "content": long.instruction}]) is long
-    assert teacher.find_task([{"role": "user", "content": short.instruction}]) is short
+    assert teacher.find_task(long.instruction) is long
+    assert teacher.find_task(short.instruction) is short
