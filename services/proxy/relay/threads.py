@@ -375,3 +375,18 @@ def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
         return True
     ids = choices[0].get("token_ids") or []
     return not ids or ids[-1] == turn_end  # no ids to look at: trust finish_reason
+
+
+def without_turn_end(generated: dict[str, Any], turn_end: int | None) -> dict[str, Any]:
+    """A generate answer to derender, each choice that ended on its end-of-turn id without that id.
+
+    vLLM's derender decodes every id it is given, special ones kept when a tool parser is on, so a
+    spliced reply read ``Done.<|im_end|>`` where vLLM's own chat route answers ``Done.`` (it leaves a
+    stop token out of the text). Only the text changes: the caller keeps the ids and logprobs."""
+    choices = []
+    for choice in generated.get("choices") or []:
+        ids = choice.get("token_ids") or []
+        if turn_end is not None and len(ids) > 1 and ended_on_turn_end({"choices": [choice]}, turn_end):
+            choice = {**choice, "token_ids": ids[:-1]}
+        choices.append(choice)
+    return {**generated, "choices": choices}

@@ -40,7 +40,14 @@ from rlstack.proxy.edge.sse import dumps, loads
 from rlstack.proxy.names import CALL_HEADER, RELAY_PREFIX, TRIAL_HEADER
 from rlstack.proxy.relay import versions
 from rlstack.proxy.relay.thread_log import ThreadLog
-from rlstack.proxy.relay.threads import Head, Plan, Splice, ThreadTable, ended_on_turn_end
+from rlstack.proxy.relay.threads import (
+    Head,
+    Plan,
+    Splice,
+    ThreadTable,
+    ended_on_turn_end,
+    without_turn_end,
+)
 from rlstack.proxy.routing.discovery import ReplicaView
 
 log = logging.getLogger(__name__)
@@ -220,10 +227,11 @@ class TokenInUpstream:
             params["max_tokens"] = room
         generated = await self._post(f"{base}/inference/v1/generate", dumps({**rendered, "token_ids": plan.prompt}))
         answer = await self._post(f"{base}/v1/chat/completions/derender", dumps(
-            {"model": body.get("model"), "generate_response": generated, "prompt_token_ids": plan.prompt, "chat_request": body}))
+            {"model": body.get("model"), "generate_response": without_turn_end(generated, turn_end), "prompt_token_ids": plan.prompt,
+             "chat_request": body}))
         answer["prompt_token_ids"] = plan.prompt
         for choice, raw_choice in zip(answer.get("choices") or [], generated.get("choices") or [], strict=False):
-            choice.setdefault("token_ids", raw_choice.get("token_ids"))
+            choice["token_ids"] = raw_choice.get("token_ids")
         adapter = versions.of_adapter(body.get("model"))
         sampled = [[adapter] if adapter is not None else versions.from_spans(c.get("weight_versions"))
                    for c in generated.get("choices") or []]

@@ -43,7 +43,7 @@ from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
 from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
-from rlstack.modelkit.teacher_forcing import TASKS_ENV, write_tasks
+from rlstack.modelkit.teacher_forcing import TASKS_ENV, TURN_END, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.integration.inference.conftest import ReplicaHandle, start_replica
 
@@ -215,6 +215,8 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path) -
             ids = [tc["id"] for tc in call.choices[0].message.get("tool_calls") or []]
             assert set(ids) <= {i for later in calls[n + 1:] for i in cell.results(later.request)}
         assembly = assert_exact_sequences(calls)
+        # the end-of-turn token is an id, never text, whether a call went one hop or was spliced
+        assert not any(TURN_END in str(c.choices[0].message.get("content") or "") for c in calls)
         ran = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
         if ran >= 2 and assembly.segments == cell.segments:
             break

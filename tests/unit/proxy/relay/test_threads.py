@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlstack.proxy.relay.threads import ThreadTable, ended_on_turn_end
+from rlstack.proxy.relay.threads import ThreadTable, ended_on_turn_end, without_turn_end
 
 EOT, NL = 2, 203
 SYSTEM = [1, 50, 51, EOT, NL, 1, 60, 61, EOT, NL, 1, 70, NL]  # system, user, generation prompt
@@ -146,3 +146,19 @@ def test_the_table_is_bounded_in_trials() -> None:
     for n in range(10):
         table.record(f"t{n}", "c", SYSTEM, table.plan(f"t{n}", SYSTEM), [900, EOT], "stop", eos_stop=True)
     assert len(table.trials) == 3 and table.has("t9") and not table.has("t0")
+
+
+def test_derender_is_given_each_reply_without_the_turn_end_it_stopped_on():
+    """The text an agent reads leaves the stop token out, as vLLM's own chat route does; a reply cut at
+    max_tokens, stopped by a stop string, or made of the turn end alone keeps every id."""
+    lp = {"content": [{"token": "a", "logprob": -1.0}, {"token": "b", "logprob": -2.0}]}
+    generated = {"request_id": "r", "choices": [
+        {"index": 0, "token_ids": [900, EOT], "finish_reason": "stop", "stop_reason": None, "logprobs": lp},
+        {"index": 1, "token_ids": [900, 901], "finish_reason": "length", "stop_reason": None},
+        {"index": 2, "token_ids": [900, EOT], "finish_reason": "stop", "stop_reason": "</x>"},
+        {"index": 3, "token_ids": [EOT], "finish_reason": "stop", "stop_reason": None}]}
+    shown = without_turn_end(generated, EOT)
+    assert [c["token_ids"] for c in shown["choices"]] == [[900], [900, 901], [900, EOT], [EOT]]
+    assert shown["choices"][0]["logprobs"] == lp and shown["request_id"] == "r"
+    assert generated["choices"][0]["token_ids"] == [900, EOT]  # the answer's own ids stay whole
+    assert without_turn_end(generated, None) == generated
