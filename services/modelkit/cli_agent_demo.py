@@ -65,6 +65,10 @@ class CliAgentDemoSpec(BaseModel):
     150 solve nearly all; in between the policy is sometimes right, which is where GRPO has signal."""
     batch_size: int = Field(default=8, ge=1)
     lr: float = Field(default=1e-3, gt=0)
+    lr_end: float = Field(default=1.0, gt=0, le=1)
+    """The learning rate at the last step, as a share of ``lr`` (linear after the warm-up). The demos
+    keep it constant (1.0): their step counts were chosen for a policy that is only sometimes right.
+    A policy learnt by heart (the scaffold matrix's) decays it, so it does not end on a noisy step."""
     max_seconds: float = Field(default=1800, gt=0)
     """A bound for a stuck machine only: 70 steps take ~30 s on two quiet cores, ~10 min on two cores shared
     by six engineers (measured); a warm start cut short by time is a different, weaker policy."""
@@ -118,7 +122,8 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
         raise ValueError(f"a captured conversation is {longest} tokens; max_position_embeddings is {spec.max_position_embeddings}")
     sft_start = time.monotonic()
     steps, loss = sft_steps(model, lambda: _batch(rng.sample(rows, min(spec.batch_size, len(rows))), tokenizer.pad_token_id),
-                            spec.steps, spec.lr, spec.max_seconds, f"{' + '.join(captures)} warm start", progress)
+                            spec.steps, spec.lr, spec.max_seconds, f"{' + '.join(captures)} warm start", progress,
+                            lr_end=spec.lr_end)
     model.save_pretrained(out, safe_serialization=True)
     record = {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
               "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),

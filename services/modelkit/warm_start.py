@@ -78,14 +78,25 @@ def answer_loss(model, input_ids: torch.Tensor, attention: torch.Tensor, labels:
     return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
 
 
+WARMUP_STEPS = 20
+
+
+def lr_share(step: int, steps: int, lr_end: float) -> float:
+    """The share of the peak learning rate at ``step`` of ``steps``: the warm-up, then linear to ``lr_end``."""
+    if step < WARMUP_STEPS:
+        return (step + 1) / WARMUP_STEPS
+    return 1.0 - (1.0 - lr_end) * (step - WARMUP_STEPS) / max(1, steps - 1 - WARMUP_STEPS)
+
+
 def sft_steps(model, next_batch, steps: int, lr: float, max_seconds: float, desc: str,  # noqa: ANN001
-              progress: bool) -> tuple[int, float]:
-    """AdamW with a 20-step warm-up on ``next_batch()``'s (input_ids, labels, attention), up to
-    ``steps`` or ``max_seconds``; returns the steps taken and the last loss."""
+              progress: bool, lr_end: float = 1.0) -> tuple[int, float]:
+    """AdamW with a 20-step warm-up on ``next_batch()``'s (input_ids, labels, attention), then linear
+    to ``lr_end * lr`` at the last step (1.0: constant), up to ``steps`` or ``max_seconds``; returns
+    the steps taken and the last loss."""
     from tqdm import tqdm
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_share(step, steps, lr_end))
     start, loss_value, done = time.monotonic(), float("nan"), 0
     bar = tqdm(range(steps), desc=desc, disable=not progress, unit="step")
     for done in bar:

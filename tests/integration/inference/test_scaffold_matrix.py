@@ -67,7 +67,7 @@ def demo_model(tmp_path_factory, claude_bin, codex_bin, opencode_bin) -> tuple[P
     root = tmp_path_factory.mktemp("cc-demo")
     spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
                               tokenizer_prose_bytes=300_000,
-                              batch_size=4, lr=3e-3, max_seconds=900)
+                              batch_size=4, lr=3e-3, lr_end=0.1, max_seconds=900)
     captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex", "opencode")}
     record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
     assert record["conversations"] == 16 and record["thread_breaks"] == 0
