@@ -8,8 +8,10 @@ dialect's form (chat ``tool_calls``, Anthropic ``tool_use`` blocks, Responses ``
 items), the agent runs them in the sandbox and sends back their output. Every cell asserts: the
 trial is ``ok``, at least two tool calls ran and their ids came back as tool results, every
 continued call was spliced onto its thread (0 thread breaks, one sequence on vLLM's ids), and the
-reward is the one the task's verifier wrote. ``docs/agent-trials.md`` opens with ``CELLS`` as a
-table (``python -m tests.integration.inference.test_scaffold_matrix`` prints it).
+reward is the one the task's verifier wrote. ``FORCED_CELLS`` run the same checks on the tiny model
+with the scripted teacher's turns forced in vLLM's sampler: scenarios the demo policy was not taught
+(claude-code's sub-agents). ``docs/agent-trials.md`` opens with both as a table (``python -m
+tests.integration.inference.test_scaffold_matrix`` prints it).
 """
 
 from __future__ import annotations
