@@ -369,11 +369,16 @@ def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
     call, also in a reply cut at ``max_tokens`` (its last id is then an ordinary token). With the
     template's end-of-turn id known, the last generated id must be it."""
     choices = answer.get("choices") or []
-    if not choices or choices[0].get("finish_reason") not in ("stop", "tool_calls") or choices[0].get("stop_reason") is not None:
+    return bool(choices) and choice_ended_on_turn_end(choices[0], turn_end)
+
+
+def choice_ended_on_turn_end(choice: dict[str, Any], turn_end: int | None) -> bool:
+    """``ended_on_turn_end`` for one choice."""
+    if choice.get("finish_reason") not in ("stop", "tool_calls") or choice.get("stop_reason") is not None:
         return False
     if turn_end is None:
         return True
-    ids = choices[0].get("token_ids") or []
+    ids = choice.get("token_ids") or []
     return not ids or ids[-1] == turn_end  # no ids to look at: trust finish_reason
 
 
@@ -386,7 +391,7 @@ def without_turn_end(generated: dict[str, Any], turn_end: int | None) -> dict[st
     choices = []
     for choice in generated.get("choices") or []:
         ids = choice.get("token_ids") or []
-        if turn_end is not None and len(ids) > 1 and ended_on_turn_end({"choices": [choice]}, turn_end):
+        if turn_end is not None and len(ids) > 1 and choice_ended_on_turn_end(choice, turn_end):
             choice = {**choice, "token_ids": ids[:-1]}
         choices.append(choice)
     return {**generated, "choices": choices}

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from rlstack.trainer.step import policy_logprobs
 from rlstack.trainer.sync.filesystem import reload_from
+from tests.helpers.prometheus import metric
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import endpoint
 from tests.integration.inference.logprob_probe import grpo_step_on, probe_group
@@ -87,8 +88,7 @@ async def generate(client: httpx.AsyncClient, base: str, prompt: list[int], max_
 
 def prefix_cache_hits(base: str) -> float:
     """vLLM's count of prompt tokens served from its prefix cache."""
-    lines = httpx.get(f"{base}/metrics").text.splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:prefix_cache_hits_total"))
+    return metric(httpx.get(f"{base}/metrics").text, "vllm:prefix_cache_hits_total") or 0.0
 
 
 def test_vllm_labels_every_token_with_the_version_our_sync_loaded(registry, sync_replica, tiny_model, tmp_path):

@@ -20,6 +20,7 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 
 import httpx
@@ -207,8 +208,8 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path) -
         write_task(spec, tmp_path / "tasks")
     agent = cell.make()
     tasks = sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name)
-    for attempt, task in enumerate(tasks * ROUNDS):
-        trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{attempt // len(tasks) + 1}" if attempt >= len(tasks) else "")
+    for round_, task in product(range(ROUNDS), tasks):
+        trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])

@@ -12,7 +12,6 @@ The replica is the one the sync tests share (``sync_replica``), under its own se
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 
 import httpx
@@ -22,6 +21,7 @@ from rlstack.common.registry_client import RegistryClient
 from rlstack.trainer.sync.broadcast import BroadcastPublisher
 from tests.conftest import REPO, free_port, start_process
 from tests.helpers.groups import feed_trainer
+from tests.helpers.prometheus import metric
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import SYNC_SERVED, endpoint
 from tests.integration.inference.logprob_probe import (
@@ -70,11 +70,6 @@ def test_broadcast_sync_puts_the_trainers_weights_in_vllm(registry, sync_replica
 
     wait_until(lambda: endpoint(registry, "replica-sync")["weight_version"] == 2, timeout=20)
     sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path)
-
-
-def metric(text: str, name: str) -> float | None:
-    found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    return float(found.group(1)) if found else None
 
 
 def sharded_trainer_streams_into(replica, registry, tiny_model, service_factory, tmp_path) -> None:  # noqa: ANN001
