@@ -88,9 +88,11 @@ class Replica:
                 self.failed = f"vLLM exited with {self.vllm.exited}"
                 await self.deregister()
                 raise RuntimeError(self.failed)
+            beat = asyncio.get_running_loop().time()
             self.read_weight_state()
             await self._heartbeat()
-            await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds)
+            # Beats start a period apart: a slow answer from the registry must not push the next past the lease.
+            await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds - (asyncio.get_running_loop().time() - beat))
 
     async def _load_adapter(self, published: Published) -> None:
         """lora sync: the newest adapter, under the name the trainer gives that version, before registering."""

@@ -30,6 +30,8 @@ class RegistryCollector(Collector):
             versions.add_metric(["max"], max(e.weight_version for e in endpoints))
         yield versions
         yield CounterMetricFamily(P + "expired", "Endpoints removed for missing heartbeats", value=table.expired_total)
+        yield CounterMetricFamily(P + "stalled_seconds", "Seconds the registry itself was stalled, given back to every lease",
+                                  value=table.stalled_seconds_total)
         yield CounterMetricFamily(P + "removed_by_pod", "Endpoints removed because their pod was deleted or ended",
                                   value=self.service.removed_by_pod_total)
         yield CounterMetricFamily(P + "quarantines", "Times the trainer quarantined an endpoint", value=self.service.quarantined_total)

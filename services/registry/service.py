@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STALL_SECONDS = 0.25
+"""An expiry-loop wake-up this late counts as the registry's own stall, given back to every lease."""
+
 
 class RegistryService:
     def __init__(self, settings: RegistrySettings, table: EndpointTable, prober: Prober) -> None:
@@ -92,10 +95,18 @@ class RegistryService:
             await asyncio.sleep(self.settings.probe_interval_seconds)
 
     async def expiry_loop(self) -> None:
+        """Expire leases, not counting time this loop overslept: a late wake-up means the registry
+        was stalled, and the heartbeats sent meanwhile have not been read yet."""
+        period = min(1.0, self.settings.default_ttl_seconds / 4)
         while True:
             for endpoint_id in self.table.expire(time.time()):
                 log.warning("endpoint %s expired (no heartbeat)", endpoint_id)
-            await asyncio.sleep(min(1.0, self.settings.default_ttl_seconds / 4))
+            asleep = time.monotonic()
+            await asyncio.sleep(period)
+            overslept = time.monotonic() - asleep - period
+            if overslept > STALL_SECONDS:
+                self.table.extend_leases(overslept)
+                log.warning("the registry was stalled for %.1f s; leases extended by as much", overslept)
 
     def start(self, supervisor: Supervisor, pod_watch: Coroutine[None, None, None] | None = None) -> None:
         """The long-lived loops run under the supervisor: one that dies fails the process loudly."""

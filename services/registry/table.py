@@ -21,6 +21,7 @@ class EndpointTable:
         self._failures: dict[str, int] = {}
         self._changed = asyncio.Event()
         self.expired_total = 0
+        self.stalled_seconds_total = 0.0
 
     def __len__(self) -> int:
         return len(self._endpoints)
@@ -58,6 +59,16 @@ class EndpointTable:
             return False
         self._bump()
         return True
+
+    def extend_leases(self, seconds: float) -> None:
+        """Give back time the registry itself was not running (its process starved or stopped).
+
+        Heartbeats sent meanwhile wait unread in its sockets; on waking, the expiry loop can run
+        before they are read. A lease counts only time the registry could have heard a heartbeat.
+        """
+        for entry in self._endpoints.values():
+            entry.expires_at += seconds
+        self.stalled_seconds_total += seconds
 
     def expire(self, now: float) -> list[str]:
         gone = [eid for eid, e in self._endpoints.items() if e.expires_at <= now]

@@ -7,6 +7,8 @@ own logic; the inference tests run the same flow against real vLLM replicas.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from tests.helpers.prometheus import metric
 from tests.helpers.wait import wait_until
 
 
@@ -88,6 +91,40 @@ def test_missing_heartbeat_expires_and_delete_removes(service_factory, replica):
     assert httpx.delete(f"{registry.url}/v1/endpoints/b").status_code == 204
     assert httpx.delete(f"{registry.url}/v1/endpoints/b").status_code == 404
     assert 'rlstack_registry_expired_total 1.0' in httpx.get(f"{registry.url}/metrics").text
+
+
+def test_a_stalled_registry_does_not_expire_the_replicas_whose_heartbeats_it_did_not_read(service_factory, replica):
+    """SIGSTOP stands in for a registry starved of CPU: the heartbeats sent meanwhile wait in its
+    socket. Each stall (3.5 s) outlasts a lease (3 s, beats 1 s apart), so without the time given
+    back the beating endpoint expires on every wake-up; the silent one must expire all the same."""
+    replica.models = ["tiny"]
+    registry = service_factory("registry", ["--probe-interval-seconds", "0.5"])
+    stop = threading.Event()
+
+    def beat() -> None:
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set():
+                client.put(f"{registry.url}/v1/endpoints/beating", json={"url": replica.url, "model": "tiny", "ttl_seconds": 3})
+                stop.wait(1.0)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        wait_until(lambda: httpx.get(f"{registry.url}/v1/endpoints/beating").status_code == 200)
+        httpx.put(f"{registry.url}/v1/endpoints/silent", json={"url": replica.url, "model": "tiny", "ttl_seconds": 3}).raise_for_status()
+        for _ in range(3):
+            os.kill(registry.proc.pid, signal.SIGSTOP)
+            time.sleep(3.5)
+            os.kill(registry.proc.pid, signal.SIGCONT)
+            time.sleep(1.5)
+        wait_until(lambda: [e["id"] for e in httpx.get(f"{registry.url}/v1/endpoints").json()["endpoints"]] == ["beating"], timeout=30)
+        metrics = httpx.get(f"{registry.url}/metrics").text
+        assert "rlstack_registry_expired_total 1.0" in metrics  # the silent one, only
+        assert (metric(metrics, "rlstack_registry_stalled_seconds_total") or 0) >= 3 * 2.5
+    finally:
+        stop.set()
+        os.kill(registry.proc.pid, signal.SIGCONT)
+        beater.join(timeout=30)
 
 
 def test_bad_registration_names_the_field(service_factory):

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from rlstack.common.contracts.trajectory import read_trajectory, trajectory_files
 from rlstack.common.contracts.trial_end import end_token
 from rlstack.common.trial_keys import mint
+from tests.conftest import ServiceProcess
 from tests.fuzz import proxy_api
 from tests.fuzz.harness import FuzzReport, fuzz
 from tests.fuzz.proxy_api import GOOD_CHAT, GOOD_CHAT_TOOLS, GOOD_MESSAGES, RUN, TRIAL
@@ -222,7 +223,16 @@ def hostile_headers_and_keys(checker: Checker, trials_dir: Path, key: str) -> di
     return statuses
 
 
-def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica):
+ROUTING_EVENTS = ("expired", "no longer ready", "missed a probe", "stalled", "quarantined", "router updated", "heartbeat failed")
+
+
+def routing_events(*services: ServiceProcess) -> str:
+    """What the registry, the replica and the proxy said about routing (the last 30 lines): a 503's cause."""
+    lines = [f"{svc.name}: {line}" for svc in services for line in svc.log().splitlines() if any(e in line for e in ROUTING_EVENTS)]
+    return "\n".join(sorted(lines, key=lambda line: line.split(": ", 1)[1])[-30:])
+
+
+def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica, registry):
     checker = Checker(proxy.url)
     kept = f"kept-{time.time_ns()}"  # a trial of its own, whatever else this proxy has logged
     kept_key, key = proxy.key(RUN, kept), proxy.key(RUN, TRIAL)
@@ -242,7 +252,8 @@ def test_proxy_survives_the_fuzz_and_keeps_what_it_logged(proxy, replica):
 
     findings = [str(f) for report in reports for f in report.findings] + checker.findings
     assert all(report.calls > 0 for report in reports)
-    assert not findings, f"{len(findings)} findings:\n" + "\n".join(findings[:25])
+    assert not findings, (f"routing, as the services logged it:\n{routing_events(registry, replica.sidecar, proxy.service)}\n"
+                          f"{len(findings)} findings:\n" + "\n".join(findings[:25]))
     assert not problems, problems
     # Every forged key, expired key, other trial's key on this path and missing key is refused;
     # no header moved a call into another trial.

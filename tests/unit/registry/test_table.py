@@ -44,6 +44,18 @@ def test_expiry_uses_per_endpoint_ttl():
     assert table.expired_total == 1
 
 
+def test_time_given_back_for_a_stall_keeps_every_lease():
+    table = EndpointTable(default_ttl=3)
+    table.upsert("a", reg(), now=0)
+    table.upsert("b", reg(ttl_seconds=1), now=0)
+    table.extend_leases(2.5)
+    assert table.expire(now=3.4) == []
+    assert table.expire(now=3.6) == ["b"]  # 1 + 2.5 s
+    assert table.expire(now=5.4) == []
+    assert table.expire(now=5.6) == ["a"]  # 3 + 2.5 s
+    assert table.stalled_seconds_total == 2.5
+
+
 def test_select_filters_by_model_readiness_and_labels():
     table = EndpointTable(default_ttl=10)
     table.upsert("a", reg(labels={"zone": "x"}), now=0)
