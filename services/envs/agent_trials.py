@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import itertools
 import logging
 import math
-import random
 import secrets
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherRefused
 from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
+from rlstack.envs.agent_group import TrialOutcome, trial_group, why_unscored
+from rlstack.envs.agent_metrics import AgentMetrics
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks
 from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
 from rlstack.episodes.agents import (
@@ -46,8 +44,7 @@ from rlstack.episodes.agents import (
     opencode_agent,
     trial_env,
 )
-from rlstack.episodes.assemble import Assembly, assemble
-from rlstack.episodes.harbor.dataset import Dataset, load_dataset
+from rlstack.episodes.assemble import assemble
 from rlstack.episodes.harbor.task import HarborTask
 from rlstack.episodes.sandboxes import (
     KubernetesSandboxConfig,
@@ -58,7 +55,6 @@ from rlstack.episodes.sandboxes import (
 from rlstack.episodes.trials.layout import TrialPaths
 from rlstack.episodes.trials.records import (
     AgentSpec,
-    TrialResult,
     TrialSpec,
     TrialStatus,
 )
@@ -72,81 +68,6 @@ DEFAULT_CONTEXT = 32768
 
 class GroupDropped(RuntimeError):
     """No group can be posted for this task now; the reason is in the message and the metrics."""
-
-
-class AgentMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.trials_started = Counter("rlstack_env_trials_started", "Agent trials started", ["env"], registry=registry)
-        self.trials_finished = Counter("rlstack_env_trials_finished", "Agent trials finished, by status",
-                                       ["env", "status"], registry=registry)
-        self.trial_seconds = Histogram("rlstack_env_trial_seconds", "Wall time of one trial", ["env"], registry=registry,
-                                       buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600))
-        self.sandboxes_active = Gauge("rlstack_env_sandboxes_active", "Trials running now", ["env"], registry=registry)
-        self.thread_breaks = Counter("rlstack_env_thread_breaks", "Calls that did not extend their conversation's "
-                                     "tokens and started a new sequence", ["env"], registry=registry)
-        self.calls_merged = Counter("rlstack_env_calls_merged", "Calls that extended their thread's sequence",
-                                    ["env"], registry=registry)
-        self.constant_groups = Counter("rlstack_env_constant_groups", "Groups whose rewards were all equal "
-                                       "(no GRPO signal)", ["env"], registry=registry)
-        self.sequences_dropped = Counter("rlstack_env_sequences_dropped", "Sequences of a trial other than its main "
-                                         "thread (after a thread break, side calls), not posted", ["env"], registry=registry)
-        self.staleness_waits = Counter("rlstack_env_staleness_waits", "Groups held back at start because the "
-                                       "policy would be too far ahead", ["env"], registry=registry)
-        self.trials_abandoned = Counter("rlstack_env_trials_abandoned", "Finished trials of groups a killed env server "
-                                        "left unfinished, abandoned at restart (listed with the reason)", ["env"], registry=registry)
-        self.groups_recovered = Counter("rlstack_env_groups_recovered", "Groups a killed env server built, posted "
-                                        "after its restart under their journaled key", ["env"], registry=registry)
-
-
-class NoHeldOutTasks(LookupError):
-    """POST /evaluate on an env that holds no tasks out (``heldout_size`` 0)."""
-
-
-class HarborTasks:
-    """The dataset as an endless stream: every training task once per epoch, in a seeded order.
-
-    ``heldout_size`` tasks never enter the stream; POST /evaluate runs them. They are the tasks
-    whose names hash lowest: the same split for every seed, and adding tasks moves few of them.
-    """
-
-    def __init__(self, dataset: Dataset, seed: int, heldout_size: int = 0) -> None:
-        if heldout_size and heldout_size >= len(dataset):
-            raise ValueError(f"heldout_size: holding out {heldout_size} of the {len(dataset)} tasks in "
-                             f"{dataset.root} leaves none to train on")
-        ranked = sorted(dataset.tasks, key=lambda t: hashlib.sha256(t.short_name.encode()).hexdigest())
-        held = {t.short_name for t in ranked[:heldout_size]}
-        self.dataset, self.seed = dataset, seed
-        self.training = [t for t in dataset.tasks if t.short_name not in held]
-        self._heldout = [t for t in dataset.tasks if t.short_name in held]
-
-    @classmethod
-    def load(cls, tasks_dir: Path, seed: int, heldout_size: int = 0) -> HarborTasks:
-        return cls(load_dataset(tasks_dir), seed, heldout_size)
-
-    def stream(self) -> Iterator[HarborTask]:
-        rng = random.Random(self.seed)
-        for _ in itertools.count():
-            order = list(self.training)
-            rng.shuffle(order)
-            yield from order
-
-    def heldout(self) -> list[HarborTask]:
-        return list(self._heldout)
-
-
-class TrialOutcome:
-    def __init__(self, result: TrialResult, assembly: Assembly | None, token_limit: int) -> None:
-        self.result, self.assembly, self.token_limit = result, assembly, token_limit
-
-    @property
-    def too_long(self) -> bool:
-        return self.assembly is not None and any(len(s.tokens) > self.token_limit for s in self.assembly.sequences)
-
-    @property
-    def scored(self) -> bool:
-        """Only a finished trial whose every call is trainable counts: anything else is not a wrong answer."""
-        return (self.result.status == TrialStatus.OK and self.assembly is not None and self.assembly.failed_calls == 0
-                and bool(self.assembly.sequences) and not self.too_long)
 
 
 class AgentEnvRunner(EnvRunner):
@@ -320,10 +241,10 @@ class AgentEnvRunner(EnvRunner):
             if outcome.scored:
                 return outcome
             log.info("trial %s attempt %d not scorable: %s (%s)", trial, attempt, outcome.result.status,
-                     outcome.result.error or _why(outcome))
+                     outcome.result.error or why_unscored(outcome))
         assert outcome is not None
         raise GroupDropped(f"task {task.short_name}: trial {trial} could not be scored after {attempt} attempt(s): "
-                           f"{outcome.result.status} {outcome.result.error or _why(outcome)}")
+                           f"{outcome.result.status} {outcome.result.error or why_unscored(outcome)}")
 
     async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
         agent = agent or self.agent
@@ -429,32 +350,10 @@ class AgentEnvRunner(EnvRunner):
             self.am.constant_groups.labels(self.s.name).inc()
             if self.s.drop_constant_groups:
                 raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
-        tokens, masks, logprobs, scores, members = [], [], [], [], []
-        versions: list[list[int] | None] = []
-        for member, outcome in enumerate(outcomes):
-            assert outcome.assembly is not None and outcome.result.reward is not None
-            # the trial's main thread first (the longest, for a trial whose first thread it is not)
-            main, *side = sorted(outcome.assembly.sequences, key=lambda s: (s.kind == "main", s.trained_tokens), reverse=True)
-            every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
-            posted = [main, *side] if every else [main]
-            if len(posted) < 1 + len(side):
-                self.am.sequences_dropped.labels(self.s.name).inc(len(side))
-            for sequence in posted:
-                tokens.append(sequence.tokens)
-                masks.append(sequence.masks)
-                logprobs.append(sequence.inference_logprobs)
-                scores.append(outcome.result.reward)
-                versions.append(sequence.sampling_versions)
-                members.append(member)
-        group: dict = {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": logprobs,
-                       "env_id": self.env_id}
-        if len(members) > len(outcomes):
-            group["trials"] = members  # a trial's side calls, sub-agents and segments: rows of one member
-        if all(v is not None for v in versions):
-            group["sampling_versions"] = versions  # per row, the versions the replicas say sampled it
-            group["weight_version"] = min(v[0] for v in versions)  # type: ignore[index]  # the oldest any row saw
-        elif known := [v for row in versions if row for v in row]:
-            group["weight_version"] = min(known)  # some calls' versions unknown: no per-row claim
+        every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
+        group, left_out = trial_group(outcomes, every, self.env_id)
+        if left_out:
+            self.am.sequences_dropped.labels(self.s.name).inc(left_out)
         return group
 
     async def aclose(self) -> None:
@@ -463,12 +362,3 @@ class AgentEnvRunner(EnvRunner):
             await self._kube.close()
         await super().aclose()
 
-
-def _why(outcome: TrialOutcome) -> str:
-    if outcome.assembly is None:
-        return "no model call reached the proxy"
-    if outcome.assembly.failed_calls:
-        return f"{outcome.assembly.failed_calls} failed model call(s)"
-    if outcome.too_long:
-        return f"a sequence is longer than the {outcome.token_limit}-token limit"
-    return "no trained tokens"

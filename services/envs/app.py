@@ -24,7 +24,8 @@ def build_app(settings: EnvSettings) -> FastAPI:
         # first write, after the first trial has started): an env server that required it would
         # crash-loop on every new install.
         settings.trials_dir.mkdir(parents=True, exist_ok=True)
-        from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
+        from rlstack.envs.agent_metrics import AgentMetrics
+        from rlstack.envs.agent_trials import AgentEnvRunner
 
         runner: EnvRunner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))
     else:
@@ -57,7 +58,7 @@ def build_app(settings: EnvSettings) -> FastAPI:
         the pass rate of one trial per held-out task (harbor). Needs ``--auth-token`` when set."""
         require_bearer(request, settings.auth_token)
         if settings.task == "harbor":
-            from rlstack.envs.agent_trials import NoHeldOutTasks
+            from rlstack.envs.harbor_tasks import NoHeldOutTasks
 
             try:
                 return await runner.evaluate()

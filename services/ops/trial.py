@@ -170,7 +170,9 @@ def _secret_from_env() -> SecretStr | None:
 
 async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_url: str | None,
                  secret: SecretStr | None) -> TrialReport:
-    from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics, HarborTasks
+    from rlstack.envs.agent_metrics import AgentMetrics
+    from rlstack.envs.agent_trials import AgentEnvRunner
+    from rlstack.envs.harbor_tasks import HarborTasks
     from rlstack.envs.runner import EnvMetrics
 
     fields: dict = {"agent_command": req.agent_command} if req.agent_command else {}

@@ -10,7 +10,8 @@ import json
 import httpx
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
+from rlstack.envs.agent_metrics import AgentMetrics
+from rlstack.envs.agent_trials import AgentEnvRunner
 from rlstack.envs.app import build_app
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.runner import EnvMetrics

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from rlstack.common.contracts.registry import EndpointRegistration
 from rlstack.common.registry_client import RegistryClient
-from rlstack.envs.agent_trials import DEFAULT_CONTEXT, AgentEnvRunner, AgentMetrics
+from rlstack.envs.agent_metrics import AgentMetrics
+from rlstack.envs.agent_trials import DEFAULT_CONTEXT, AgentEnvRunner
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.runner import EnvMetrics
 from tests.conftest import REPO, free_port

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics
+from rlstack.envs.agent_metrics import AgentMetrics
+from rlstack.envs.agent_trials import AgentEnvRunner
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.runner import EnvMetrics
 from rlstack.episodes.harbor import HarborTask

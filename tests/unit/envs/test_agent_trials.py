@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_trials import AgentEnvRunner, AgentMetrics, GroupDropped, TrialOutcome
+from rlstack.envs.agent_group import TrialOutcome
+from rlstack.envs.agent_metrics import AgentMetrics
+from rlstack.envs.agent_trials import AgentEnvRunner, GroupDropped
 from rlstack.envs.config import EnvSettings
 from rlstack.envs.runner import EnvMetrics
 from rlstack.episodes.assemble import AssembledSequence, Assembly

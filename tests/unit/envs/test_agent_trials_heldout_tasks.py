@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from rlstack.envs.agent_trials import HarborTasks
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_tasks import HarborTasks
 from rlstack.episodes.harbor.dataset import Dataset, load_dataset
 from tests.conftest import REPO
 
