@@ -99,7 +99,8 @@ class ProxyApp:
         self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
                                      stream_shim=settings.stream_mode == "shim", authorize=self._authorize,
-                                     exact_downstream=self.token_in is not None)
+                                     exact_downstream=self.token_in is not None,
+                                     replica_wait_seconds=settings.replica_wait_seconds)
         self.warm = False
         self.supervisor = Supervisor("proxy", settings.failure_exit_delay_seconds)
         self.ops = Starlette(routes=[

@@ -61,5 +61,8 @@ class ProxySettings(ServiceSettings):
     peers_dns: str | None = Field(default=None, max_length=253)
     """A DNS name whose every address is a proxy pod (the chart's headless Service), looked up at each
     trial's end and reached on ``port``; adds to ``peer_urls``."""
+    replica_wait_seconds: float = Field(default=10.0, ge=0, le=300)
+    """A call that finds no ready replica waits this long for one before its 503 (a replica
+    re-registering or missing probes leaves routing for seconds; a failed call can cost a trial)."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""

@@ -10,6 +10,7 @@ Anthropic<->OpenAI translation, retries and logging stay LiteLLM's; LiteLLM chec
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -65,6 +66,10 @@ class FrontError(Exception):
         return orjson.dumps({"error": {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.status}})
 
 
+REPLICA_POLL_SECONDS = 0.1
+"""How often a call waiting for a ready replica looks again (the view is in this process's memory)."""
+
+
 class FrontMiddleware:
     def __init__(
         self,
@@ -78,7 +83,10 @@ class FrontMiddleware:
         stream_shim: bool = True,
         authorize: Callable[[str, str | None], None] | None = None,
         exact_downstream: bool = False,
+        replica_wait_seconds: float = 0.0,
     ) -> None:
+        self.replica_wait_seconds = replica_wait_seconds
+        """How long a call that finds no ready replica waits for one before its 503."""
         self.exact_downstream = exact_downstream
         """Token-in's relay fits every call's output limit to its exact prompt (Responses calls included)."""
         self.authorize = authorize
@@ -133,8 +141,7 @@ class FrontMiddleware:
             if path in COUNT_PATHS:
                 await self._count_tokens(body, send)
                 return
-            if not self.replica_urls():
-                raise FrontError(503, "no inference replica is ready; retry shortly", None, anthropic)
+            await self._ready_replicas(anthropic)
             await self._clamp(body, raw, kind)
         except FrontError as exc:
             await _respond(send, exc.status, exc.body())
@@ -208,10 +215,20 @@ class FrontMiddleware:
         return (model in (self.served_model_name, f"hosted_vllm/{self.served_model_name}") or bool(CLAUDE.match(model))
                 or (kind == "responses" and bool(OPENAI.match(model))))
 
+    async def _ready_replicas(self, anthropic: bool) -> list[str]:
+        """The ready replicas' URLs, waiting up to ``replica_wait_seconds`` for one: a gap in routing
+        (a replica re-registering, or out for missed probes) costs the call seconds, not a 503 that
+        can fail a whole trial."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.replica_wait_seconds
+        while not (urls := self.replica_urls()):
+            if loop.time() >= deadline:
+                raise FrontError(503, "no inference replica is ready; retry shortly", None, anthropic)
+            await asyncio.sleep(REPLICA_POLL_SECONDS)
+        return urls
+
     async def _prompt_tokens(self, body: dict[str, Any], anthropic: bool) -> int:
-        urls = self.replica_urls()
-        if not urls:
-            raise FrontError(503, "no inference replica is ready", None, anthropic)
+        urls = await self._ready_replicas(anthropic)
         if anthropic:
             keys = ("model", "messages", "system", "tools", "tool_choice", "thinking")
             request = {k: body[k] for k in keys if k in body}

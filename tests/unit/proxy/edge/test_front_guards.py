@@ -30,9 +30,11 @@ async def echo(request: Request) -> JSONResponse:
 
 
 def call(path: str, body: dict | bytes, headers: dict | None = None, cap: int | None = None,
-         authorize=None, replicas=("http://127.0.0.1:9",)) -> httpx.Response:  # noqa: ANN001
+         authorize=None, replicas=("http://127.0.0.1:9",), wait: float = 0.0) -> httpx.Response:  # noqa: ANN001
     inner = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/messages", "/v1/responses")])
-    app = FrontMiddleware(inner, "policy", lambda: list(replicas), lambda: 32768, 16, None, max_tokens_cap=cap, authorize=authorize)
+    urls = replicas if callable(replicas) else lambda: list(replicas)
+    app = FrontMiddleware(inner, "policy", urls, lambda: 32768, 16, None, max_tokens_cap=cap, authorize=authorize,
+                          replica_wait_seconds=wait)
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front") as client:
@@ -113,6 +115,24 @@ def test_no_replica_ready_is_the_one_documented_5xx():
     for path, body in (("/v1/chat/completions", CHAT), ("/v1/messages", ANTHROPIC), ("/v1/messages/count_tokens", ANTHROPIC)):
         r = call(path, body, replicas=())
         assert r.status_code == 503 and r.headers["retry-after"] == "2" and "no inference replica is ready" in r.text
+
+
+def test_a_call_waits_out_a_gap_in_routing_and_only_then_is_a_503():
+    """A replica back in routing within ``replica_wait_seconds`` serves the waiting call; none is a 503."""
+    looks = 0
+
+    def back_on_the_fifth_look() -> list[str]:
+        nonlocal looks
+        looks += 1
+        return ["http://127.0.0.1:9"] if looks >= 5 else []
+
+    for path, body in (("/v1/chat/completions", CHAT), ("/v1/messages", ANTHROPIC)):
+        looks = 0
+        r = call(path, body, replicas=back_on_the_fifth_look, wait=30)
+        assert r.status_code == 200 and r.json()["seen"]["max_tokens"] == 8, r.text
+        assert looks >= 5
+    r = call("/v1/chat/completions", CHAT, replicas=(), wait=0.3)
+    assert r.status_code == 503 and "no inference replica is ready" in r.text
 
 
 def test_a_replica_gone_while_counting_tokens_is_a_503_not_a_500():
