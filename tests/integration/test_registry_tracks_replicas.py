@@ -95,7 +95,7 @@ def test_missing_heartbeat_expires_and_delete_removes(service_factory, replica):
 
 def test_a_stalled_registry_does_not_expire_the_replicas_whose_heartbeats_it_did_not_read(service_factory, replica):
     """SIGSTOP stands in for a registry starved of CPU: the heartbeats sent meanwhile wait in its
-    socket. Each stall (3.5 s) outlasts a lease (3 s, beats 1 s apart), so without the time given
+    socket. Each stall (3.5 s) outlasts a lease (3 s, beats 0.5 s apart), so without the time given
     back the beating endpoint expires on every wake-up; the silent one must expire all the same."""
     replica.models = ["tiny"]
     registry = service_factory("registry", ["--probe-interval-seconds", "0.5"])
@@ -105,7 +105,7 @@ def test_a_stalled_registry_does_not_expire_the_replicas_whose_heartbeats_it_did
         with httpx.Client(timeout=30) as client:
             while not stop.is_set():
                 client.put(f"{registry.url}/v1/endpoints/beating", json={"url": replica.url, "model": "tiny", "ttl_seconds": 3})
-                stop.wait(1.0)
+                stop.wait(0.5)
 
     beater = threading.Thread(target=beat, daemon=True)
     beater.start()
