@@ -88,11 +88,11 @@ class Replica:
                 self.failed = f"vLLM exited with {self.vllm.exited}"
                 await self.deregister()
                 raise RuntimeError(self.failed)
-            beat = asyncio.get_running_loop().time()
+            # Beats start a period apart: a slow answer from the registry must not push the next past the lease.
+            next_beat = asyncio.get_running_loop().time() + self.settings.heartbeat_seconds
             self.read_weight_state()
             await self._heartbeat()
-            # Beats start a period apart: a slow answer from the registry must not push the next past the lease.
-            await self._sleep_while_vllm_runs(self.settings.heartbeat_seconds - (asyncio.get_running_loop().time() - beat))
+            await self._sleep_while_vllm_runs(until=next_beat)
 
     async def _load_adapter(self, published: Published) -> None:
         """lora sync: the newest adapter, under the name the trainer gives that version, before registering."""
@@ -125,11 +125,11 @@ class Replica:
             except Exception as exc:  # the registry may restart; keep serving, retry next beat
                 log.warning("heartbeat failed: %s", exc)
 
-    async def _sleep_while_vllm_runs(self, seconds: float) -> None:
-        """Wait one beat, but notice vLLM's exit within half a second: the proxy must stop routing to it."""
+    async def _sleep_while_vllm_runs(self, until: float) -> None:
+        """Wait for the next beat (a loop time), but notice vLLM's exit within half a second: the proxy
+        must stop routing to it."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while self.vllm.exited is None and (left := deadline - loop.time()) > 0:
+        while self.vllm.exited is None and (left := until - loop.time()) > 0:
             await asyncio.sleep(min(EXIT_CHECK_SECONDS, left))
 
     def read_weight_state(self) -> None:
