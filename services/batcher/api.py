@@ -6,6 +6,8 @@ validated once by pydantic-core, and batches are spliced from pre-serialised gro
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -19,13 +21,16 @@ from rlstack.common.contracts.atropos import (
     EnvIdentifier,
     EnvRegistration,
     EnvStatus,
+    EnvStatusQuery,
     RegisterEnvResponse,
     RegisterResponse,
     ScoredData,
     Status,
     TrainerRegistration,
 )
+from rlstack.common.contracts.progress import ProgressReport
 
+log = logging.getLogger(__name__)
 EMPTY_EXAMPLE = {
     "tokens": [], "masks": [], "scores": [], "advantages": [], "ref_logprobs": [],
     "generation_params": [], "inference_logprobs": [], "messages": [], "images": [],
@@ -131,14 +136,26 @@ async def status(svc: BatcherService = Depends(service)):
 
 @router.get("/status-env", response_model=EnvStatus, dependencies=WRITE)
 async def status_env(request: Request, env_id: int | None = None, svc: BatcherService = Depends(service)):
-    """Atropos sends ``{"env_id": N}`` as a JSON body on this GET; ``?env_id=N`` works too."""
-    if env_id is None:
+    """Atropos sends ``{"env_id": N}`` as a JSON body on this GET; ``?env_id=N`` works too. Each
+    poll renews the env's lease; rlstack's envs add whether they hold back."""
+    if env_id is not None:
+        svc.require_env(env_id)  # a 404 for any id not registered, negative ones too
+        query = EnvStatusQuery(env_id=env_id)
+    else:
         try:
-            env_id = EnvIdentifier.model_validate_json(await request.body() or b"{}").env_id
+            query = EnvStatusQuery.model_validate_json(await request.body() or b"{}")
         except ValidationError as exc:
             raise from_pydantic(exc) from None
-    svc.require_env(env_id)
-    return svc.state.env_status(env_id)
+    status, revived = svc.env_status(query)
+    if revived:
+        log.info("env %d polled again after its lease expired: it takes its share again", query.env_id)
+    return status
+
+
+@router.get("/progress", response_model=ProgressReport, dependencies=WRITE)
+async def progress(svc: BatcherService = Depends(service)):
+    """rlstack extension: is the trainer getting batches, and if not, what each env is doing."""
+    return svc.progress()
 
 
 @router.get("/reset_data", dependencies=WRITE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -21,6 +22,7 @@ from rlstack.common.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 COMPACT_CHECK_SECONDS = 30.0
+WATCH_SECONDS = 1.0
 
 
 def build_app(settings: BatcherSettings) -> FastAPI:
@@ -43,6 +45,7 @@ def build_app(settings: BatcherSettings) -> FastAPI:
         try:
             async with supervisor:
                 supervisor.start("compactor", _compact_periodically(svc))
+                supervisor.start("flow watch", _watch_flow(svc))
                 yield
         finally:
             await wal.close()
@@ -70,3 +73,26 @@ async def _compact_periodically(svc: BatcherService) -> None:
             await svc.maybe_compact()
         except OSError:
             log.exception("compaction failed; the old log stays in use")
+
+
+async def _watch_flow(svc: BatcherService) -> None:
+    """Once a second: expire the leases of silent envs, and name a stall when the trainer starves."""
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        now = time.monotonic()
+        late = now - last - WATCH_SECONDS
+        last = now
+        if late > WATCH_SECONDS:  # the batcher itself stood still: that time is nobody's silence
+            svc.leases.pause(late)
+            log.warning("batcher stalled %.1fs: env leases extended by as much", late)
+        for env_id in svc.leases.sweep():
+            env = svc.state.envs[env_id]
+            log.warning("env %d (%s) silent for %.0fs: lease expired, it no longer takes a share of the weight; "
+                        "its queued groups stay trainable", env_id, env.real_name, svc.settings.env_lease_seconds)
+        report = svc.progress()
+        change, say = svc.stall.update(report.stalled)
+        if change == "ended":
+            log.info("stall over after %.0fs: %s", svc.stall.last_duration, report.describe())
+        elif say:
+            log.warning("run stalled%s: %s", "" if change == "began" else f" for {svc.stall.lasted():.0f}s", report.describe())

@@ -35,3 +35,11 @@ class BatcherSettings(ServiceSettings):
     logprobs is about 16 MB of JSON)."""
     request_read_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     """A body not received in full within this is a 408 (a client that announced more than it sends)."""
+    env_lease_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """An env that has not polled ``/status-env`` for this long stops taking a share of the weight
+    (a killed env never says ``/disconnect-env``); its next poll brings it back."""
+    trainer_poll_window_seconds: float = Field(default=10.0, gt=0, le=600)
+    """The trainer counts as waiting while its empty ``/batch`` polls are at most this far apart."""
+    stall_after_seconds: float = Field(default=300.0, gt=0)
+    """A trainer that has waited this long with no env producing for it is a stall: logged with the
+    numbers that decide it, counted in ``rlstack_batcher_stalls_total``, alerted on by the chart."""

@@ -25,6 +25,15 @@ class BatcherCollector(Collector):
         yield GaugeMetricFamily(P + "queue_capacity_sequences", "Queue bound in sequences", value=self.service.settings.max_queue_sequences)
         yield GaugeMetricFamily(P + "current_step", "Batches handed out so far (the trainer step)", value=state.step)
         yield GaugeMetricFamily(P + "envs_connected", "Registered, connected env servers", value=sum(e.connected for e in state.envs))
+        yield GaugeMetricFamily(P + "envs_live", "Connected envs whose lease is current (they share the weight)",
+                                value=len([e for e in state.envs if e.connected and e.env_id in self.service.leases.live_ids()]))
+        yield CounterMetricFamily(P + "env_leases_expired", "Env leases that ran out (an env silent past its lease)",
+                                  value=self.service.leases.expired_total)
+        waiting = self.service.trainer_wait.seconds()
+        yield GaugeMetricFamily(P + "trainer_waiting_seconds", "How long the trainer's batch polls have come back empty (0: not waiting)",
+                                value=waiting or 0.0)
+        yield GaugeMetricFamily(P + "stalled", "1 while the trainer starves and no env produces for it", value=int(self.service.stall.stalled))
+        yield CounterMetricFamily(P + "stalls", "Stalls: the trainer waited stall_after_seconds with no env producing", value=self.service.stall.episodes)
         yield GaugeMetricFamily(P + "wal_bytes", "Size of the write-ahead log", value=self.service.wal.size)
         yield CounterMetricFamily(P + "groups_accepted", "Groups accepted", value=c.groups_accepted)
         yield CounterMetricFamily(P + "sequences_accepted", "Sequences accepted", value=c.sequences_accepted)

@@ -10,12 +10,15 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from typing import Any
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from rlstack.batcher.config import BatcherSettings
+from rlstack.batcher.flow import StallWatch, TrainerWait
+from rlstack.batcher.leases import EnvLeases
 from rlstack.batcher.records import (
     DIGEST_BYTES,
     BatchServed,
@@ -43,7 +46,13 @@ from rlstack.batcher.validation import (
     from_pydantic,
 )
 from rlstack.batcher.wal import WriteAheadLog
-from rlstack.common.contracts.atropos import EnvRegistration, ScoredData, TrainerRegistration
+from rlstack.common.contracts.atropos import (
+    EnvRegistration,
+    EnvStatusQuery,
+    ScoredData,
+    TrainerRegistration,
+)
+from rlstack.common.contracts.progress import EnvFlow, ProgressReport
 
 log = logging.getLogger(__name__)
 _group_list = TypeAdapter(list[ScoredData])
@@ -60,6 +69,12 @@ class BatcherService:
         self.rejected: dict[str, int] = {}
         self._pending_keys: dict[str, asyncio.Task[int]] = {}
         """Keyed posts being written now: a retry racing its original waits for it."""
+        self.leases = EnvLeases(settings.env_lease_seconds)
+        self.trainer_wait = TrainerWait(settings.trainer_poll_window_seconds)
+        self.stall = StallWatch()
+        self.started = time.monotonic()
+        self.last_group: float | None = None
+        """When a group was last accepted (monotonic)."""
 
     # ----- lifecycle -----
 
@@ -79,6 +94,7 @@ class BatcherService:
                 groups, single = _parse_groups(raw)
                 self.state.add_groups(first_id, groups, single)
                 self.state.remember(key, digest, len(groups))
+        self.leases.adopt(e.env_id for e in self.state.envs if e.connected)
         log.info(
             "replayed %d records: step %d, %d groups queued, %d envs",
             count, self.state.step, len(self.state.queue), len(self.state.envs),
@@ -125,6 +141,7 @@ class BatcherService:
         same_name = sum(e.registration.desired_name == registration.desired_name for e in self.state.envs)
         event = EnvRegistered(env_id=env_id, real_name=f"{registration.desired_name}_{same_name}", registration=registration)
         await self._log_event(event)
+        self.leases.touch(env_id)
         return {
             "status": "success",
             "env_id": env_id,
@@ -189,6 +206,10 @@ class BatcherService:
             state.add_groups(first_id, groups, None if as_list else raw)
             if keyed is not None:
                 state.remember(*keyed, len(groups))
+            self.last_group = time.monotonic()
+            for group in groups:
+                if group.env_id is not None:
+                    self.leases.posted(group.env_id)
 
         try:
             kind, payload = encode_groups(first_id, raw) if keyed is None else encode_keyed_groups(first_id, *keyed, raw)
@@ -263,7 +284,9 @@ class BatcherService:
                 self.wal.append_nowait(*encode_event(event))
         picked = state.reserve_batch()
         if picked is None:
+            self.trainer_wait.empty()
             return b'{"batch":null}'
+        self.trainer_wait.served()
         step, groups = picked
         event = BatchServed(step=step, group_ids=[g.group_id for g in groups])
         try:
@@ -275,6 +298,46 @@ class BatcherService:
 
     async def reset(self) -> None:
         await self._log_event(DataReset())
+        self.leases.forget()
+
+    # ----- liveness and progress -----
+
+    def env_status(self, query: EnvStatusQuery) -> tuple[dict[str, Any], bool]:
+        """Atropos's /status-env numbers for a polling env (the poll renews its lease), plus whether
+        the trainer is waiting; and whether this poll brought back an env whose lease had expired."""
+        self.require_env(query.env_id)
+        revived = self.leases.touch(query.env_id, query.holding_back)
+        status = self.state.env_status(query.env_id, self.leases.live_ids())
+        status["trainer_waiting"] = self.trainer_wait.seconds() is not None
+        return status, revived
+
+    def progress(self) -> ProgressReport:
+        state = self.state
+        live = self.leases.live_ids()
+        weights = state.env_weights(live)
+        queued = state.queued_by_env()
+        envs = []
+        for env in state.envs:
+            seen, posted = self.leases.seconds_since(env.env_id)
+            envs.append(EnvFlow(
+                env_id=env.env_id, name=env.real_name, connected=env.connected, live=env.env_id in live,
+                seen_seconds_ago=seen, queued_sequences=queued.get(env.env_id, 0), weight=weights.get(env.env_id, 0.0),
+                holding_back=self.leases.holding_back(env.env_id) if env.env_id in live else None,
+                last_post_seconds_ago=posted,
+            ))
+        waiting = self.trainer_wait.seconds()
+        now = time.monotonic()
+        quiet = now - (self.last_group if self.last_group is not None else self.started)
+        after = self.settings.stall_after_seconds
+        producers = [e for e in envs if e.connected and e.live]
+        stalled = waiting is not None and waiting >= after and (
+            not producers or all(e.holding_back is not None for e in producers) or quiet >= after)
+        return ProgressReport(
+            step=state.step, batch_size=state.trainer.batch_size if state.trainer else None,
+            queue_sequences=state.available_sequences, trainer_waiting_seconds=waiting,
+            last_group_seconds_ago=None if self.last_group is None else now - self.last_group,
+            stall_after_seconds=after, stalled=stalled, envs=envs,
+        )
 
     async def _log_event(self, event) -> None:  # noqa: ANN001 - any Event model
         await self.wal.append(*encode_event(event), on_durable=lambda: self.state.apply(event))

@@ -239,15 +239,36 @@ class BatcherState:
     def available_groups(self) -> int:
         return len(self.queue) - len(self.reserved)
 
-    def env_status(self, env_id: int) -> dict[str, float | int]:
-        """Atropos's /status-env numbers: how much of the queue this env may count on."""
+    def env_weights(self, live: set[int] | None = None) -> dict[int, float]:
+        """Each counted env's share (connected, and live when ``live`` is given): Atropos's
+        ``max_token_length x weight`` over the sum, at least ``MIN_ENV_WEIGHT``."""
+        counted = [e for e in self.envs if e.connected and (live is None or e.env_id in live)]
+        total = sum(e.registration.max_token_length * e.registration.weight for e in counted)
+        return {
+            e.env_id: max(MIN_ENV_WEIGHT, e.registration.max_token_length * e.registration.weight / total) if total > 0 else 1.0
+            for e in counted
+        }
+
+    def queued_by_env(self) -> dict[int | None, int]:
+        """Sequences waiting (not reserved), by the env id their groups carry."""
+        queued: dict[int | None, int] = {}
+        for gid, g in self.queue.items():
+            if gid not in self.reserved:
+                queued[g.data.env_id] = queued.get(g.data.env_id, 0) + g.size
+        return queued
+
+    @property
+    def available_sequences(self) -> int:
+        return self.queued_sequences - sum(self.queue[g].size for g in self.reserved if g in self.queue)
+
+    def env_status(self, env_id: int, live: set[int] | None = None) -> dict[str, float | int]:
+        """Atropos's /status-env numbers: how much of the queue this env may count on. ``live``: the
+        envs whose lease is current (the weight is shared among them only)."""
         env = self.envs[env_id]
         group_size = env.registration.group_size
-        connected = [e for e in self.envs if e.connected]
-        total_weight = sum(e.registration.max_token_length * e.registration.weight for e in connected)
-        own_weight = env.registration.max_token_length * env.registration.weight
-        weight = max(MIN_ENV_WEIGHT, own_weight / total_weight) if total_weight > 0 else 1.0
-        min_alloc = sum(e.registration.min_batch_allocation or 0.0 for e in connected)
+        counted = [e for e in self.envs if e.connected and (live is None or e.env_id in live)]
+        weight = self.env_weights(live).get(env_id, 1.0 if not counted else MIN_ENV_WEIGHT)
+        min_alloc = sum(e.registration.min_batch_allocation or 0.0 for e in counted)
         own_sequences = 0
         max_group_size = 1
         for gid, g in self.queue.items():
@@ -256,10 +277,9 @@ class BatcherState:
             max_group_size = max(max_group_size, g.size)
             if g.data.env_id == env_id:
                 own_sequences += g.size
-        available = self.queued_sequences - sum(self.queue[g].size for g in self.reserved if g in self.queue)
         return {
             "current_step": self.step,
-            "queue_size": available // group_size,
+            "queue_size": self.available_sequences // group_size,
             "unallocated_fraction": 1.0 - min(min_alloc, 1.0),
             "self_queue_size": own_sequences // group_size,
             "max_group_size": max_group_size,

@@ -17,13 +17,17 @@ from pydantic import BaseModel
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.atropos import (
     SAVED_STEP_HEADER,
+    EnvIdentifier,
     EnvRegistration,
     EnvStatus,
+    EnvStatusQuery,
+    HoldReason,
     RegisterEnvResponse,
     ScoredData,
     Status,
     TrainerRegistration,
 )
+from rlstack.common.contracts.progress import ProgressReport
 from rlstack.common.http import request_with_retries
 
 
@@ -65,9 +69,21 @@ class BatcherClient:
     async def status(self) -> Status:
         return Status.model_validate_json((await self._call("GET", "/status")).content)
 
-    async def env_status(self, env_id: int) -> EnvStatus:
-        """One try: callers poll this and decide themselves how to wait out an outage."""
-        return EnvStatus.model_validate_json((await self._call("GET", "/status-env", attempts=1, json={"env_id": env_id})).content)
+    async def env_status(self, env_id: int, holding_back: HoldReason | None = None) -> EnvStatus:
+        """One try: callers poll this and decide themselves how to wait out an outage. Each poll
+        renews the env's lease; ``holding_back`` tells the batcher why it starts nothing now."""
+        query = EnvStatusQuery(env_id=env_id, holding_back=holding_back)
+        r = await self._call("GET", "/status-env", attempts=1, json=query.model_dump(exclude_none=True))
+        return EnvStatus.model_validate_json(r.content)
+
+    async def disconnect_env(self, env_id: int, timeout: float = 3.0) -> None:
+        """One try, briefly: a stopping env says it is gone rather than letting its lease run out."""
+        r = await self._client.post("/disconnect-env", json=EnvIdentifier(env_id=env_id).model_dump(), timeout=timeout)
+        r.raise_for_status()
+
+    async def progress(self) -> ProgressReport:
+        """rlstack's batcher only: is the trainer starving, and what each env is doing."""
+        return ProgressReport.model_validate_json((await self._call("GET", "/progress", attempts=2)).content)
 
     async def post_group(self, group: ScoredData | dict[str, Any], key: str | None = None) -> None:
         """``key``: the group's ``Idempotency-Key`` when the caller keeps it across its own restarts."""

@@ -173,10 +173,13 @@ class AgentEnvRunner(EnvRunner):
         while True:
             version = await self.policy_version()
             if self.groups_started < (version + self.s.max_staleness + 1) * per_batch:
+                if waited:
+                    self.holding_back = None
                 return
             if not waited:
                 self.am.staleness_waits.labels(self.s.name).inc()
                 waited = True
+                self.holding_back = "staleness"  # the batcher names it if the trainer starves
             await asyncio.sleep(0.5)
 
     async def _journaled_trial(self, task: HarborTask, group: str, trial: str) -> TrialOutcome:

@@ -64,7 +64,11 @@ class EnvSettings(PolicySettings):
     tasks; for ``harbor`` the served model's context (vLLM's ``max_model_len``), since one
     agent trial can fill it."""
     max_batches_offpolicy: int = Field(default=2, ge=1)
-    """Pause producing once this many batches wait in the batcher (status-driven throttling)."""
+    """Pause producing once this many batches wait in the batcher (status-driven throttling), and
+    never while the trainer waits for one."""
+    lease_renew_seconds: float = Field(default=5.0, gt=0, le=300)
+    """How often the env polls the batcher even while every worker is busy: a poll renews its lease
+    (the batcher's ``env_lease_seconds``, 30 by default, must be several of these)."""
     seed: int = 0
     heldout_size: int | None = Field(default=None, ge=0)
     """Problems (harbor: tasks of the dataset) kept out of training and answered by POST /evaluate.

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
-from rlstack.common.contracts.atropos import EnvRegistration
+from rlstack.common.contracts.atropos import EnvRegistration, HoldReason
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
@@ -54,6 +54,8 @@ class EnvRunner:
         self.trainer_token_limit: int | None = None
         """The trainer's max_token_len (Atropos /info): no sequence posted is longer."""
         self.recent_rewards: deque[float] = deque(maxlen=100)
+        self.holding_back: HoldReason | None = None
+        """Why the last decision started nothing (sent with every status poll), or None."""
         token = settings.batcher_token.get_secret_value() if settings.batcher_token else None
         self.batcher = BatcherClient(str(settings.batcher_url), token)
         self.proxy = httpx.AsyncClient(base_url=str(settings.proxy_url).rstrip("/"), timeout=600)
@@ -94,9 +96,13 @@ class EnvRunner:
     async def backlog_full(self) -> bool:
         """Whether enough of this env's own groups already wait: its share (``env_weight``) of
         ``max_batches_offpolicy`` batches, and at least one group. Groups other envs left in the
-        queue (an env removed by an upgrade, a trainer that has finished) never hold it back.
+        queue (an env removed by an upgrade, a trainer that has finished) never hold it back, and
+        nothing does while the trainer waits for a batch: a share computed from stale bookkeeping
+        (a dead env still counted) must never keep the queue below a batch.
         httpx errors are transient, ``BatcherRefused`` is not."""
-        status = await self.batcher.env_status(self.env_id)
+        status = await self.batcher.env_status(self.env_id, self.holding_back)
+        if status.trainer_waiting:
+            return False
         own_sequences = status.self_queue_size * self.s.group_size
         share = self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size) * status.env_weight
         return own_sequences >= max(share, self.s.group_size)
@@ -188,6 +194,7 @@ class EnvRunner:
             if batcher_away:
                 log.info("worker %d: batcher back", index)
                 batcher_away = False
+            self.holding_back = "backlog" if full else None
             if full:
                 await asyncio.sleep(0.5)
                 continue
@@ -198,12 +205,23 @@ class EnvRunner:
                 log.warning("group dropped: %s", exc)
                 await asyncio.sleep(1.0)
 
+    async def keep_lease(self) -> None:
+        """Poll the batcher every ``lease_renew_seconds`` whatever the workers do (agent trials run
+        for minutes without a poll): the batcher counts an env silent past its lease as dead."""
+        while True:
+            await asyncio.sleep(self.s.lease_renew_seconds)
+            try:
+                await self.batcher.env_status(self.env_id, self.holding_back)
+            except httpx.HTTPError:
+                pass  # away: the workers say so, and the next poll renews
+
     async def run(self) -> None:
         """Register, settle what a predecessor left, then run the workers; if one raises, the task
         group cancels the rest and ``run`` raises."""
         await self.register()
         await self.recover()
         async with asyncio.TaskGroup() as workers:
+            workers.create_task(self.keep_lease(), name="lease")
             for i in range(self.s.workers):
                 workers.create_task(self.worker(i), name=f"worker {i}")
 
@@ -212,6 +230,11 @@ class EnvRunner:
         cheap to make again); the agent env posts the groups its journal kept."""
 
     async def aclose(self) -> None:
+        if self.env_id is not None:  # a clean stop gives its share back at once, not after its lease
+            try:
+                await self.batcher.disconnect_env(self.env_id)
+            except httpx.HTTPError as exc:
+                log.info("could not disconnect env %d (%r): its lease runs out instead", self.env_id, exc)
         for client in (self.batcher, self.proxy, self.registry):
             if client is not None:
                 await client.aclose()

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, HttpUrl
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import Status
+from rlstack.common.contracts.progress import ProgressReport
 from rlstack.common.contracts.registry import EndpointList
 from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.registry_client import RegistryClient
@@ -115,10 +116,15 @@ async def _registered(c: DoctorConfig) -> EndpointList:
         await registry.aclose()
 
 
-async def _batcher_status(c: DoctorConfig) -> Status:
+async def _batcher_status(c: DoctorConfig) -> tuple[Status, ProgressReport | None]:
     batcher = BatcherClient(str(c.batcher_url), c.batcher_token, timeout=c.timeout_s)
     try:
-        return await batcher.status()
+        status = await batcher.status()
+        try:
+            progress = await batcher.progress()
+        except BatcherRefused:  # an Atropos server: no /progress
+            progress = None
+        return status, progress
     finally:
         await batcher.aclose()
 
@@ -143,10 +149,30 @@ def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
 
 def check_batcher(c: DoctorConfig, client: httpx.Client) -> Check:
     try:
-        status = asyncio.run(_batcher_status(c))
+        status, progress = asyncio.run(_batcher_status(c))
     except (httpx.HTTPError, BatcherRefused) as exc:
         return Check("batcher", False, type(exc).__name__, explain(exc, "batcher"))
-    return Check("batcher", True, f"step {status.current_step}, {status.queue_size} group(s) waiting")
+    if progress is None:
+        return Check("batcher", True, f"step {status.current_step}, {status.queue_size} group(s) waiting")
+    return judge_progress(progress)
+
+
+def judge_progress(report: ProgressReport) -> Check:
+    """A starved trainer with no env producing for it is a stalled run: say which numbers decide it."""
+    if report.stalled:
+        holding = [e for e in report.envs if e.connected and e.live and e.holding_back is not None]
+        silent = [e for e in report.envs if e.connected and not e.live]
+        if holding and len(holding) == len([e for e in report.envs if e.connected and e.live]):
+            remedy = ("every live env holds back: check their hold-back settings against the trainer's batch "
+                      "(max_batches_offpolicy, max_staleness) and the weights the batcher gives them")
+        elif not [e for e in report.envs if e.connected and e.live]:
+            remedy = "no env is polling the batcher: are the env servers running and able to reach it?"
+        else:
+            remedy = "envs are live but no group has arrived: read the env servers' logs (proxy, replicas, sandboxes)"
+        if silent:
+            remedy += f"; {len(silent)} env(s) went silent (killed?) and no longer count"
+        return Check("batcher", False, f"run stalled: {report.describe()}", remedy)
+    return Check("batcher", True, f"step {report.step}; {report.describe()}")
 
 
 def check_gpus() -> Check | None:

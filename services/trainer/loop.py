@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel
 
 from rlstack.common.auth import bearer
-from rlstack.common.batcher_client import BatcherClient
+from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import TrainerRegistration, group_name
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.trainer import checkpoint
@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # wandb is imported only when a project is set
 
 log = logging.getLogger(__name__)
 LAGGING_LOOK_SECONDS = 5.0
+STARVED_LOG_SECONDS = 60.0
+"""While it waits for a batch, how often the trainer logs why (the batcher's ``/progress``)."""
 """While it waits for a batch, how often the trainer looks for replicas behind its weights."""
 
 
@@ -258,7 +260,7 @@ class TrainingLoop:
 
     # -- training ----------------------------------------------------------------------------
     async def _next_batch(self) -> tuple[list[dict], float]:
-        start = looked = time.monotonic()
+        start = looked = said = time.monotonic()
         while True:
             batch = await self.batcher.batch(saved_step=self.saved_step)
             if batch:
@@ -268,7 +270,21 @@ class TrainingLoop:
             if time.monotonic() - looked >= LAGGING_LOOK_SECONDS:
                 looked = time.monotonic()
                 await self._catch_up_replicas()
+            if time.monotonic() - said >= STARVED_LOG_SECONDS:
+                said = time.monotonic()
+                await self._say_why_starved(said - start)
             await asyncio.sleep(0.05)
+
+    async def _say_why_starved(self, waited: float) -> None:
+        """A long wait for a batch is logged with the batcher's account of it: the queue, and what
+        each env is doing (holding back, silent, producing)."""
+        try:
+            report = await self.batcher.progress()
+        except (httpx.HTTPError, BatcherRefused, ValueError) as exc:  # an Atropos server has no /progress
+            log.warning("no batch for %.0fs at step %d (the batcher gives no account: %r)", waited, self.step, exc)
+            return
+        log.warning("no batch for %.0fs at step %d%s: %s", waited, self.step, " (stalled)" if report.stalled else "",
+                    report.describe())
 
     async def _publish(self) -> float | None:
         if self.publisher is None:

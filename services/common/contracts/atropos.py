@@ -89,6 +89,19 @@ class EnvIdentifier(BaseModel):
     env_id: int = Field(ge=0, le=MAX_ID)
 
 
+HoldReason = Literal["backlog", "staleness"]
+"""Why an env starts no new work: enough of its own groups wait (``backlog``), or the policy has
+not caught up with what it already started (``staleness``)."""
+
+
+class EnvStatusQuery(EnvIdentifier):
+    """``/status-env``'s body as rlstack's env servers send it: every poll renews the env's lease."""
+
+    holding_back: HoldReason | None = None
+    """rlstack extension: whether, and why, the env held back at its last decision; the batcher
+    names such envs when the trainer starves (Atropos clients leave it out)."""
+
+
 class ScoredData(BaseModel):
     """One scored group: ``len(tokens)`` sequences of one prompt, with their rewards."""
 
@@ -183,3 +196,8 @@ class EnvStatus(BaseModel):
     self_queue_size: int
     max_group_size: int
     env_weight: float
+    """This env's share among the envs whose lease is live (a killed env stops counting once its
+    lease runs out, so the live envs' weights sum to 1)."""
+    trainer_waiting: bool = False
+    """rlstack extension: the trainer asked for a batch and the queue could not give one. An env
+    never holds back while this is true: no share rule may keep the queue below a batch."""
