@@ -249,7 +249,7 @@ def test_the_trainer_packs_rows_by_default_and_pads_them_when_asked():
     assert refused.returncode != 0 and "packTokens" in refused.stderr
 
 
-def test_prometheus_rule_alerts_on_mismatch_and_quarantine():
+def test_prometheus_rule_alerts_on_mismatch_quarantine_stalls_and_silent_envs():
     import yaml
 
     [rule] = [o for o in yaml.safe_load_all(render("values.yaml", "--set", "prometheusRule.enabled=true",
@@ -258,6 +258,8 @@ def test_prometheus_rule_alerts_on_mismatch_and_quarantine():
     assert alerts["RlstackTrainingInferenceMismatch"]["expr"] == "rlstack_trainer_mismatch_kl > 0.2"
     assert alerts["RlstackReplicaQuarantined"]["expr"] == "rlstack_registry_endpoints_quarantined > 0"
     assert "{{ $value }}" in alerts["RlstackReplicaQuarantined"]["annotations"]["summary"]
+    assert alerts["RlstackRunStalled"]["expr"] == "rlstack_batcher_stalled == 1" and alerts["RlstackRunStalled"]["for"] == "1m"
+    assert alerts["RlstackEnvWentSilent"]["expr"] == "increase(rlstack_batcher_env_leases_expired_total[15m]) > 0"
     assert "PrometheusRule" not in render("values.yaml")
 
 
