@@ -1,10 +1,10 @@
-"""The fault run: a short agent run with every service SIGKILLed in turn, against the same run unfaulted.
+"""The fault run: a short agent run with every service SIGKILLed at several moments, against the same run unfaulted.
 
 Both runs are ``examples/local-agent.yaml`` (registry, batcher, one vLLM replica behind its
 sidecar, proxy, trainer, agent env server with the built-in agent in bubblewrap sandboxes),
 shortened (``--steps``, ``--batch-size``, a checkpoint every ``--checkpoint-every`` steps, no
 evaluations), under ``rlstack up``'s own supervisor, which restarts what dies. The faulted run
-kills, once each and in this order, at a random moment after a step spread over the run:
+kills each target at each moment (``--moments``), one kill at a time:
 
     registry, batcher, proxy  the process group (what a pod's death does)
     vllm                      the vLLM server's process group, not its sidecar
@@ -12,13 +12,18 @@ kills, once each and in this order, at a random moment after a step spread over 
     env                       the env server's group (its sandboxes die with it: --die-with-parent)
     trainer                   the trainer's group
 
-and waits for the killed service to be back and the trainer one step further before the next.
+    step      at a random moment within 15 s after a trainer step
+    trials    while agent trials are in flight (the env's rlstack_env_sandboxes_active > 0)
+    backlog   while the env holds back on a full backlog (the batcher's /progress says so)
+
+A moment not met within ``--moment-timeout`` seconds is killed at anyway and marked so in the
+table. After each kill it waits for the service to be back and the trainer one step further.
 After each run it checks and prints: the run finished its steps; where each finished trial went
 (``rlstack.ops.ledger``: trained once, abandoned with a reason, ... lost, which must be 0); the
 groups the batcher acknowledged and lost (0); the trainer's final weight version against every
 replica's; the restarts. The reward curves of both runs go to one plot (``--plot``).
 
-    python bench/faults.py [--steps 24] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
+    python bench/faults.py [--steps 40] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
 
 Needs models/agent-demo and data/agent-tasks (``make run-agent`` builds them). Loopback only;
 never beside another vLLM on this machine. Last line: one JSON object with every figure.
@@ -51,6 +56,7 @@ from rlstack.trainer.report import StepRecord, read_lines  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("registry", "batcher", "proxy", "vllm", "inference", "env", "trainer")
+MOMENTS = ("step", "trials", "backlog")
 log = logging.getLogger("faults")
 
 
@@ -80,6 +86,9 @@ def run_config(name: str, runs_dir: Path, steps: int, batch_size: int, checkpoin
 class Kill:
     target: str
     after_step: int
+    moment: str = "step"
+    reached: bool = True
+    """False when ``moment`` did not come within the timeout and the kill went ahead anyway."""
     at_step: int = 0
     pid: int = 0
     back_after_s: float | None = None
@@ -94,6 +103,7 @@ class Chaos:
     kills: list[Kill]
     rng: random.Random
     max_jitter_s: float = 15.0
+    moment_timeout_s: float = 240.0
     error: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -118,13 +128,14 @@ class Chaos:
         try:
             for kill in self.kills:
                 self.wait_step(kill.after_step)
-                time.sleep(self.rng.uniform(0, self.max_jitter_s))
+                kill.reached = self.wait_moment(kill.moment)
                 kill.at_step = max(self.trainer_step(), kill.after_step)
                 service = "inference" if kill.target == "vllm" else kill.target
                 before = self.supervisor.running[service].proc.pid
                 kill.pid = self.kill(kill.target)
                 started = time.monotonic()
-                log.warning("killed %s (pid %d) after step %d", kill.target, kill.pid, kill.at_step)
+                log.warning("killed %s (pid %d) after step %d, %s%s", kill.target, kill.pid, kill.at_step, kill.moment,
+                            "" if kill.reached else " (not reached: killed anyway)")
                 self.wait_back(service, before)
                 kill.back_after_s = round(time.monotonic() - started, 1)
                 log.warning("%s back after %.0fs", kill.target, kill.back_after_s)
@@ -132,6 +143,35 @@ class Chaos:
         except Exception as exc:  # reported with the run, which goes on unfaulted
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("chaos stopped: %s", self.error)
+
+    def wait_moment(self, moment: str) -> bool:
+        """Until ``moment`` holds; False when it did not within ``moment_timeout_s``."""
+        if moment == "step":
+            time.sleep(self.rng.uniform(0, self.max_jitter_s))
+            return True
+        test = self.trials_in_flight if moment == "trials" else self.env_backlog_full
+        deadline = time.monotonic() + self.moment_timeout_s
+        while time.monotonic() < deadline and not self.done.is_set():
+            if test():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def trials_in_flight(self) -> bool:
+        env = self.supervisor.running["env"]
+        try:
+            text = httpx.get(env.url + "/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return False
+        return any(line.startswith("rlstack_env_sandboxes_active{") and float(line.split()[-1]) > 0 for line in text.splitlines())
+
+    def env_backlog_full(self) -> bool:
+        batcher = self.supervisor.running["batcher"]
+        try:
+            report = httpx.get(batcher.url + "/progress", timeout=2, headers=bearer(self.supervisor.token("batcher"))).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        return any(e.get("live") and e.get("holding_back") == "backlog" for e in report.get("envs", []))
 
     def kill(self, target: str) -> int:
         if target == "vllm":
@@ -186,12 +226,12 @@ def replica_versions(supervisor: Supervisor) -> list[int | None]:
     return [e.get("weight_version") for e in r.json()["endpoints"] if e["ready"]]
 
 
-def one_run(config: RunConfig, faults: list[Kill] | None, seed: int) -> dict:
+def one_run(config: RunConfig, faults: list[Kill] | None, seed: int, moment_timeout_s: float = 240.0) -> dict:
     from rlstack.cli import make_run_dir
 
     run_dir = make_run_dir(config.runs_dir, config.name)
     supervisor = Supervisor(config, run_dir)
-    chaos = Chaos(supervisor, faults, random.Random(seed)) if faults else None
+    chaos = Chaos(supervisor, faults, random.Random(seed), moment_timeout_s=moment_timeout_s) if faults else None
     started = time.monotonic()
     versions: list[int | None] = []
     failure = None
@@ -242,7 +282,13 @@ def config_steps(config: RunConfig) -> int:
 def table(runs: dict[str, dict]) -> str:
     names = list(runs)
     rows = [("steps done / asked", lambda r: f"{r['steps_done']} / {r['steps']}"),
-            ("kills", lambda r: ", ".join(f"{k['target']} @ step {k['at_step']} (back {k['back_after_s']} s)" for k in r["kills"]) or "none"),
+            ("kills", lambda r: len(r["kills"]) or "none"),
+            ("kills at their moment (of those asked)", lambda r: ", ".join(
+                f"{m} {sum(k['reached'] for k in r['kills'] if k.get('moment', 'step') == m)}/{sum(k.get('moment', 'step') == m for k in r['kills'])}"
+                for m in MOMENTS if any(k.get("moment", "step") == m for k in r["kills"])) or "none"),
+            ("longest time until back", lambda r: ", ".join(
+                f"{t} {max(k['back_after_s'] or 0 for k in r['kills'] if k['target'] == t)} s"
+                for t in TARGETS if any(k["target"] == t for k in r["kills"])) or "none"),
             ("restarts", lambda r: ", ".join(f"{n} {v['restarts']}" for n, v in r["restarts"].items()) or "none"),
             *[(f"finished trials: {fate}", lambda r, f=fate: str(r["ledger"]["trials"][f])) for fate in FATES],
             ("groups acknowledged by the batcher", lambda r: str(r["ledger"]["groups_acknowledged"])),
@@ -273,10 +319,10 @@ def plot(runs: dict[str, dict], out: Path) -> None:
         ax.plot(steps, window, color=color, linewidth=2, label=f"{name} (mean of 4 steps)")
     for kill in runs.get("faulted", {}).get("kills", []):
         ax.axvline(kill["at_step"] + 0.5, color="#c44", alpha=0.35, linestyle="--")
-        ax.annotate(kill["target"], (kill["at_step"] + 0.5, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=8, color="#c44")
+        ax.annotate(f"{kill['target']} ({kill.get('moment', 'step')})", (kill["at_step"] + 0.5, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=8, color="#c44")
     ax.set_xlabel("trainer step")
     ax.set_ylabel("mean reward of the step's batch")
-    ax.set_title("Agent run with each service SIGKILLed once (dashed) vs the same seed unfaulted", fontsize=10)
+    ax.set_title("Agent run with each service SIGKILLed at several moments (dashed) vs the same seed unfaulted", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -285,11 +331,13 @@ def plot(runs: dict[str, dict], out: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--checkpoint-every", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--moments", default=",".join(MOMENTS), help="when to kill each target: step, trials, backlog")
+    parser.add_argument("--moment-timeout", type=float, default=240.0, help="seconds to wait for a moment before killing anyway")
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "faults")
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None, help="the last line's JSON, kept (a plot can be redrawn from it)")
@@ -305,8 +353,12 @@ def main() -> int:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown:
         parser.error(f"--targets: unknown {unknown}; choose from {','.join(TARGETS)}")
+    moments = [m for m in args.moments.split(",") if m]
+    if sorted(set(moments) - set(MOMENTS)):
+        parser.error(f"--moments: choose from {','.join(MOMENTS)}")
+    plan = [(t, m) for m in moments for t in targets]
     first, last = 2, max(3, args.steps - 4)
-    kills = [Kill(t, first + round(i * (last - first) / max(1, len(targets) - 1))) for i, t in enumerate(targets)]
+    kills = [Kill(t, first + round(i * (last - first) / max(1, len(plan) - 1)), moment=m) for i, (t, m) in enumerate(plan)]
     runs: dict[str, dict] = {}
     if args.baseline_dir is not None:
         runs["unfaulted"] = summarize(args.baseline_dir, args.steps)
@@ -314,7 +366,7 @@ def main() -> int:
         runs["unfaulted"] = one_run(run_config("faults-baseline", args.runs_dir, args.steps, args.batch_size, args.checkpoint_every, args.seed),
                                     None, args.seed)
     runs["faulted"] = one_run(run_config("faults", args.runs_dir, args.steps, args.batch_size, args.checkpoint_every, args.seed),
-                              kills, args.seed)
+                              kills, args.seed, args.moment_timeout)
     print(table(runs))
     if args.plot:
         plot(runs, args.plot)
