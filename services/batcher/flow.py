@@ -13,6 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from rlstack.batcher.leases import EnvLeases
+from rlstack.batcher.state import BatcherState
+from rlstack.common.contracts.progress import EnvFlow, ProgressReport
+
 
 class TrainerWait:
     """Empty ``/batch`` answers since the last batch served. A trainer that stopped polling (killed,
@@ -80,3 +84,30 @@ class StallWatch:
 
     def lasted(self) -> float:
         return 0.0 if self.since is None else self.clock() - self.since
+
+
+def progress_report(state: BatcherState, leases: EnvLeases, wait: TrainerWait, stall_after: float, quiet_since: float,
+                    any_group: bool) -> ProgressReport:
+    """The run's flow now; ``quiet_since``: when the last group arrived (or the batcher started,
+    when ``any_group`` is False)."""
+    live = leases.live_ids()
+    weights = state.env_weights(live)
+    queued = state.queued_by_env()
+    envs = []
+    for env in state.envs:
+        seen, posted = leases.seconds_since(env.env_id)
+        envs.append(EnvFlow(
+            env_id=env.env_id, name=env.real_name, connected=env.connected, live=env.env_id in live,
+            seen_seconds_ago=seen, queued_sequences=queued.get(env.env_id, 0), weight=weights.get(env.env_id, 0.0),
+            holding_back=leases.holding_back(env.env_id) if env.env_id in live else None, last_post_seconds_ago=posted,
+        ))
+    waiting = wait.seconds()
+    quiet = wait.clock() - quiet_since
+    producers = [e for e in envs if e.connected and e.live]
+    stalled = waiting is not None and waiting >= stall_after and (
+        not producers or all(e.holding_back is not None for e in producers) or quiet >= stall_after)
+    return ProgressReport(
+        step=state.step, batch_size=state.trainer.batch_size if state.trainer else None,
+        queue_sequences=state.available_sequences, trainer_waiting_seconds=waiting,
+        last_group_seconds_ago=quiet if any_group else None, stall_after_seconds=stall_after, stalled=stalled, envs=envs,
+    )

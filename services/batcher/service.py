@@ -17,7 +17,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from rlstack.batcher.config import BatcherSettings
-from rlstack.batcher.flow import StallWatch, TrainerWait
+from rlstack.batcher.flow import StallWatch, TrainerWait, progress_report
 from rlstack.batcher.leases import EnvLeases
 from rlstack.batcher.records import (
     DIGEST_BYTES,
@@ -52,7 +52,7 @@ from rlstack.common.contracts.atropos import (
     ScoredData,
     TrainerRegistration,
 )
-from rlstack.common.contracts.progress import EnvFlow, ProgressReport
+from rlstack.common.contracts.progress import ProgressReport
 
 log = logging.getLogger(__name__)
 _group_list = TypeAdapter(list[ScoredData])
@@ -312,32 +312,9 @@ class BatcherService:
         return status, revived
 
     def progress(self) -> ProgressReport:
-        state = self.state
-        live = self.leases.live_ids()
-        weights = state.env_weights(live)
-        queued = state.queued_by_env()
-        envs = []
-        for env in state.envs:
-            seen, posted = self.leases.seconds_since(env.env_id)
-            envs.append(EnvFlow(
-                env_id=env.env_id, name=env.real_name, connected=env.connected, live=env.env_id in live,
-                seen_seconds_ago=seen, queued_sequences=queued.get(env.env_id, 0), weight=weights.get(env.env_id, 0.0),
-                holding_back=self.leases.holding_back(env.env_id) if env.env_id in live else None,
-                last_post_seconds_ago=posted,
-            ))
-        waiting = self.trainer_wait.seconds()
-        now = time.monotonic()
-        quiet = now - (self.last_group if self.last_group is not None else self.started)
-        after = self.settings.stall_after_seconds
-        producers = [e for e in envs if e.connected and e.live]
-        stalled = waiting is not None and waiting >= after and (
-            not producers or all(e.holding_back is not None for e in producers) or quiet >= after)
-        return ProgressReport(
-            step=state.step, batch_size=state.trainer.batch_size if state.trainer else None,
-            queue_sequences=state.available_sequences, trainer_waiting_seconds=waiting,
-            last_group_seconds_ago=None if self.last_group is None else now - self.last_group,
-            stall_after_seconds=after, stalled=stalled, envs=envs,
-        )
+        quiet_since = self.last_group if self.last_group is not None else self.started
+        return progress_report(self.state, self.leases, self.trainer_wait, self.settings.stall_after_seconds,
+                               quiet_since, self.last_group is not None)
 
     async def _log_event(self, event) -> None:  # noqa: ANN001 - any Event model
         await self.wal.append(*encode_event(event), on_durable=lambda: self.state.apply(event))
