@@ -7,10 +7,11 @@ ATROPOS_VENV := .venv-atropos
 VLLM_VENV := .venv-vllm
 PROXY_VENV := .venv-proxy
 # No wheel cache: every venv is installed once per machine, and the cache would hold a second
-# copy of each download on disks that CI has seen nearly full (docs/testing.md). No byte-compiling
-# at install: pip compiles every file of torch, vLLM and LiteLLM (torch alone: 202 s against 60 s
-# without, on 2 cores), while Python compiles the few it imports on first use and keeps them.
-PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir --no-compile
+# copy of each download on disks that CI has seen nearly full (docs/testing.md). pip byte-compiles
+# at install, slow as it is (torch alone: 202 s against 60 s with --no-compile on 2 cores): these
+# machines set PYTHONDONTWRITEBYTECODE, so what is not compiled at install is compiled again at
+# every import (a clean-clone run with --no-compile was on course for over 65 minutes).
+PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
