@@ -58,10 +58,6 @@ class EnvLeases:
         if lease is not None:
             lease.last_post = self.clock()
 
-    def live(self, env_id: int) -> bool:
-        lease = self.leases.get(env_id)
-        return lease is not None and self.clock() - lease.seen <= self.lease_seconds
-
     def live_ids(self) -> set[int]:
         now = self.clock()
         return {env_id for env_id, lease in self.leases.items() if now - lease.seen <= self.lease_seconds}
