@@ -25,8 +25,9 @@ class BatcherCollector(Collector):
         yield GaugeMetricFamily(P + "queue_capacity_sequences", "Queue bound in sequences", value=self.service.settings.max_queue_sequences)
         yield GaugeMetricFamily(P + "current_step", "Batches handed out so far (the trainer step)", value=state.step)
         yield GaugeMetricFamily(P + "envs_connected", "Registered, connected env servers", value=sum(e.connected for e in state.envs))
+        live = self.service.leases.live_ids()
         yield GaugeMetricFamily(P + "envs_live", "Connected envs whose lease is current (they share the weight)",
-                                value=len([e for e in state.envs if e.connected and e.env_id in self.service.leases.live_ids()]))
+                                value=sum(e.connected and e.env_id in live for e in state.envs))
         yield CounterMetricFamily(P + "env_leases_expired", "Env leases that ran out (an env silent past its lease)",
                                   value=self.service.leases.expired_total)
         waiting = self.service.trainer_wait.seconds()
