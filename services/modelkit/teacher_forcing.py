@@ -6,8 +6,9 @@ A vLLM logits processor, loaded into the replica with ``--logits-processors
 rlstack.modelkit.teacher_forcing:TeacherForcing`` (the class imports vLLM when vLLM asks for it). Its
 tasks come from ``RLSTACK_TEACHER_TASKS``, a JSON list of ``TaskSpec``. It reads each call back
 from its prompt, so the served template must render turns as ``<|im_start|>role`` blocks and the
-offered tools as one JSON object per line inside ``<tools>``: the tiny and demo models' template.
-The answer is rendered by the same template and ends with its end-of-turn token.
+offered tools as one JSON object per line inside ``<tools>``: the tiny and demo models' template,
+and Qwen3's (``model_families``). The answer is rendered by the same template (with the teacher's
+reasoning where the prompt asks the model to think) and ends with its end-of-turn token.
 
 What it is for: scenarios that need given tool calls on vLLM's exact ids (claude-code's
 sub-agents in the scaffold matrix) where a policy warm-started to make them would cost minutes.
@@ -52,13 +53,40 @@ def read_conversation(prompt: str) -> Conversation:
                         tool_calls_made=sum(1 for role, text in turns if role == "assistant" and "<tool_call>" in text))
 
 
-def answer_ids(tokenizer, teacher: Teacher, prompt_ids: list[int]) -> list[int]:  # noqa: ANN001 - a transformers tokenizer
-    """The teacher's turn for this prompt, in the template's tokens up to its end-of-turn."""
-    seen = read_conversation(tokenizer.decode(prompt_ids, skip_special_tokens=False))
-    message = next_message(teacher.find_task(seen.users), seen)
+REASONING = "The task needs a shell command; I run it, then look at what it printed."
+"""The teacher's thinking, where the prompt asks the model to think (a family whose template takes
+``enable_thinking``, served with it on): it rides through each dialect's reasoning field and back."""
+
+
+def template_kwargs(tokenizer, prompt: str) -> dict[str, bool]:  # noqa: ANN001 - a transformers tokenizer
+    """The chat-template switches the prompt was rendered with, told from its generation prompt:
+    a template that takes ``enable_thinking`` ends a no-thinking prompt with an empty think block."""
+    candidates: list[dict[str, bool]] = [{}]
+    if "enable_thinking" in (tokenizer.chat_template or ""):
+        candidates.append({"enable_thinking": False})
     head = [{"role": "user", "content": "."}]
-    before = tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=False)
-    turn = tokenizer.apply_chat_template([*head, message], tokenize=False)[len(before):]
+
+    def generation_prompt(kwargs: dict[str, bool]) -> str:
+        full = tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=False, **kwargs)
+        return full[len(tokenizer.apply_chat_template(head, tokenize=False, **kwargs)):]
+
+    matching = [k for k in candidates if prompt.endswith(generation_prompt(k))]
+    return max(matching, key=lambda k: len(generation_prompt(k)), default={})
+
+
+def answer_ids(tokenizer, teacher: Teacher, prompt_ids: list[int]) -> list[int]:  # noqa: ANN001 - a transformers tokenizer
+    """The teacher's turn for this prompt, in the template's tokens up to its end-of-turn; with the
+    teacher's reasoning first where the prompt asks for thinking."""
+    prompt = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    seen = read_conversation(prompt)
+    message = next_message(teacher.find_task(seen.users), seen)
+    message = {**message, "content": message.get("content") or ""}  # Qwen3's template reads a call's content as a string
+    kwargs = template_kwargs(tokenizer, prompt)
+    if "enable_thinking" in (tokenizer.chat_template or "") and not kwargs:
+        message = {**message, "reasoning_content": REASONING}
+    head = [{"role": "user", "content": "."}]
+    before = tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=False, **kwargs)
+    turn = tokenizer.apply_chat_template([*head, message], tokenize=False, **kwargs)[len(before):]
     return tokenizer(turn[:turn.index(TURN_END) + len(TURN_END)], add_special_tokens=False)["input_ids"]
 
 

@@ -1,0 +1,3 @@
+from rlstack.cli import main
+
+main()

@@ -1,0 +1,163 @@
+"""Commands that build models and the tasks they train on: the demo policies ``make run`` and
+``make run-agent`` train, and tiny policies of each model family."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from rlstack.cli.flags import add_model_family
+
+log = logging.getLogger("rlstack")
+WARM_START_STEPS = 300  # WarmStartSpec's default, kept here so --help needs no torch import
+AGENT_DEMO_FAMILIES = ("sum-numbers", "count-lines", "uppercase", "json-port")
+"""What the CPU agent run trains on: the families whose solution the warm-started 3.6M-parameter
+policy sometimes gets right. Copying numbers or words out of the instruction (multiply,
+write-greeting) or a line out of an observation (fix) stays at 0 at this size: groups of 0 only."""
+
+
+def built_once(out: Path, what: str, force: bool, built: bool, build: Callable[[], None]) -> int:
+    """Run ``build`` into ``out`` unless ``built`` says it is there already (``--force`` rebuilds)."""
+    if built and not force:
+        log.info("%s already holds the %s (use --force to rebuild)", out, what)
+        return 0
+    build()
+    log.info("%s written to %s", what, out)
+    return 0
+
+
+def tiny_model_with(out: Path, stamp: str) -> bool:
+    """A current tiny model in ``out`` whose warm start left ``stamp`` beside it."""
+    from rlstack.modelkit.tiny import is_current
+
+    return is_current(out) and (out / stamp).exists()
+
+
+def cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    if args.model_family and args.model_family != "demo":
+        return make_family_tiny_model(args)
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+
+    args.out = args.out or Path("models/tiny")
+    spec = TinyModelSpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)
+    return built_once(args.out, "tiny model", args.force, is_current(args.out), lambda: build_tiny_model(args.out, spec))
+
+
+def make_family_tiny_model(args: argparse.Namespace) -> int:
+    from rlstack.common.model_families import ModelFamilyError, get_family
+    from rlstack.modelkit.family_model import FamilyTinySpec, build_family_tiny_model, is_built
+
+    family = get_family(args.model_family)
+    args.out = args.out or Path(f"models/tiny-{family.name}")
+    spec = FamilyTinySpec(max_position_embeddings=args.max_position_embeddings, seed=args.seed)
+    try:
+        family.tokenizer_dir()
+    except ModelFamilyError as exc:
+        log.error("%s", exc)
+        return 2
+    return built_once(args.out, f"tiny {family.name} model", args.force, is_built(args.out, family),
+                      lambda: build_family_tiny_model(args.out, family, spec))
+
+
+def cmd_make_demo_model(args: argparse.Namespace) -> int:
+    """The tiny model plus the supervised warm start on arithmetic: what `make run` trains."""
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+    from rlstack.modelkit.warm_start import WarmStartSpec, warm_start
+
+    def build() -> None:
+        build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
+        warm_start(args.out, WarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
+
+    return built_once(args.out, "demo model", args.force, tiny_model_with(args.out, "rlstack-warm-start.json"), build)
+
+
+def write_training_tasks(args: argparse.Namespace) -> None:
+    """The generated tasks a demo agent trains on (``--tasks-out``), unless they are there already."""
+    from rlstack.episodes.harbor.make_tasks import generate, write_readme, write_task
+
+    if not (args.tasks_out / "README.md").exists() or args.force:
+        tasks = generate(args.tasks, args.task_seed, tuple(args.families.split(",")))
+        args.tasks_out.mkdir(parents=True, exist_ok=True)
+        for spec in tasks:
+            write_task(spec, args.tasks_out)
+        write_readme(tasks, args.tasks_out)
+        log.info("%d training tasks written to %s", len(tasks), args.tasks_out)
+
+
+def cmd_make_agent_demo(args: argparse.Namespace) -> int:
+    """The tiny model plus a warm start on tool-call transcripts, and the generated tasks it trains on."""
+    from rlstack.modelkit.agent_warm_start import AgentWarmStartSpec, agent_warm_start
+    from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
+
+    def build() -> None:
+        build_tiny_model(args.out, TinyModelSpec(seed=args.seed))
+        agent_warm_start(args.out, AgentWarmStartSpec(steps=args.steps, max_seconds=args.max_seconds, seed=args.seed))
+
+    write_training_tasks(args)
+    return built_once(args.out, "agent demo model", args.force, tiny_model_with(args.out, "rlstack-agent-warm-start.json"), build)
+
+
+def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
+    """The tiny model warm-started on a CLI agent's own requests (captured through the proxy with the
+    scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=<agent>` trains."""
+    from rlstack.modelkit import cli_agent_demo as demo
+
+    args.out = args.out or Path(f"models/{args.agent}-demo")
+    args.tasks_out = args.tasks_out or Path(f"data/{args.agent}-tasks")
+    capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")
+    steps = args.steps if args.steps is not None else demo.DEFAULT_STEPS[args.agent]
+    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed)
+    write_training_tasks(args)
+    return built_once(args.out, f"{args.agent} demo model", args.force, demo.is_built(args.out),
+                      lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
+
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model: the demo tokenizer and a Qwen2, or "
+                                                  "a model family's real tokenizer and template on its architecture")
+    tiny.add_argument("--out", type=Path, default=None, help="default models/tiny (models/tiny-<family> with --model-family)")
+    tiny.add_argument("--max-position-embeddings", type=int, default=32768)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
+    add_model_family(tiny, help="build on this family's real tokenizer, template and architecture (make setup-families)")
+    tiny.set_defaults(func=cmd_make_tiny_model)
+    demo = sub.add_parser("make-demo-model", help="tiny model + a short supervised warm start on arithmetic (what `make run` trains)")
+    demo.add_argument("--out", type=Path, default=Path("models/demo"))
+    demo.add_argument("--steps", type=int, default=WARM_START_STEPS)
+    demo.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--force", action="store_true", help="rebuild even if --out holds the demo model")
+    demo.set_defaults(func=cmd_make_demo_model)
+    agent = sub.add_parser("make-agent-demo", help="tiny model + a warm start on tool-call transcripts, and generated "
+                                                   "Harbor tasks (what `make run-agent` trains)")
+    agent.add_argument("--out", type=Path, default=Path("models/agent-demo"))
+    agent.add_argument("--tasks-out", type=Path, default=Path("data/agent-tasks"))
+    agent.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
+    agent.add_argument("--task-seed", type=int, default=1)
+    agent.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES),
+                       help="task families to train on (the warm start covers all of make_tasks.FAMILIES)")
+    agent.add_argument("--steps", type=int, default=60)
+    agent.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
+    agent.add_argument("--seed", type=int, default=0)
+    agent.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+    agent.set_defaults(func=cmd_make_agent_demo)
+    ccd = sub.add_parser("make-cli-agent-demo", help="tiny model warm-started on a CLI agent's captured requests, and "
+                                                      "generated tasks (what `make run-agent AGENT=claude-code|codex|opencode` trains)")
+    ccd.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
+    ccd.add_argument("--out", type=Path, default=None, help="default models/<agent>-demo")
+    ccd.add_argument("--tasks-out", type=Path, default=None, help="default data/<agent>-tasks")
+    ccd.add_argument("--capture-dir", type=Path, default=None,
+                     help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
+    ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
+    ccd.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
+    ccd.add_argument("--task-seed", type=int, default=1)
+    ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
+    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex)")
+    ccd.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
+    ccd.add_argument("--seed", type=int, default=0)
+    ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+    ccd.set_defaults(func=cmd_make_cli_agent_demo)

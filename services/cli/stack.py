@@ -1,0 +1,101 @@
+"""Commands that run a stack: ``rlstack up`` and what it leaves behind (``rlstack ledger``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger("rlstack")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def make_run_dir(runs_dir: Path, name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir = runs_dir / f"{name}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    latest = runs_dir / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(run_dir.name)
+    return run_dir
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from rlstack.launcher.config import RunConfig
+    from rlstack.launcher.health import print_health, smoke_check
+    from rlstack.launcher.progress import wait_for
+    from rlstack.launcher.supervisor import ServiceFailed, Supervisor
+
+    config = RunConfig.load(args.config)
+    run_dir = make_run_dir(config.runs_dir, config.name)
+    supervisor = Supervisor(config, run_dir)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    code = 0
+    try:
+        supervisor.start_all()
+        print_health(supervisor)
+        if args.check:
+            smoke_check(supervisor)
+        elif config.until:
+            wait_for(supervisor, config.until)
+            show_summary(run_dir)
+        else:
+            log.info("stack up; logs under %s; Ctrl-C to stop", run_dir / "logs")
+            while True:
+                supervisor.check_alive()
+                time.sleep(1)
+    except ServiceFailed as exc:
+        log.error("%s", exc)
+        code = 1
+    except KeyboardInterrupt:
+        log.info("stopping")
+    finally:
+        # A second Ctrl-C or SIGTERM must not cut the shutdown short and orphan services.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        codes = supervisor.stop_all()
+        log.info("stopped: %s", ", ".join(f"{n}={c}" for n, c in codes.items()))
+    return code
+
+
+def show_summary(run_dir: Path) -> None:
+    """The trainer's summary, with the launcher's restarts added (``{}``: none died)."""
+    import json
+
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        data = json.loads(summary.read_text())
+        restarts = run_dir / "restarts.json"
+        data["restarts"] = json.loads(restarts.read_text()) if restarts.exists() else {}
+        summary.write_text(json.dumps(data, indent=2) + "\n")
+        log.info("run finished: %s", run_dir)
+        print(json.dumps(data, indent=2))
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """Where every finished trial of a local agent run went (``rlstack.ops.ledger``); exit 1 if any was lost."""
+    from rlstack.ops.ledger import audit
+
+    run = args.run_dir
+    ledger = audit(run / "trials", run / "env-journal", run / "batcher" / "batcher.wal", run / "metrics.jsonl")
+    print(ledger.model_dump_json(indent=2))
+    return 0 if ledger.ok else 1
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    up = sub.add_parser("up", help="start the services of a run config as local processes")
+    up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
+    up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
+    up.set_defaults(func=cmd_up)
+    ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
+                                           "a reason, still queued, or lost (exit 1 if any was lost or trained twice)")
+    ledger.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    ledger.set_defaults(func=cmd_ledger)
