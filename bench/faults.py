@@ -250,10 +250,12 @@ def one_run(config: RunConfig, faults: list[Kill] | None, seed: int, moment_time
         raise
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan the services
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if chaos:
             chaos.done.set()
         supervisor.stop_all()
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
     return {**summarize(run_dir, config_steps(config)), "seconds": round(time.monotonic() - started), "failure": failure,
             "replica_weight_versions": versions, "kills": [k.__dict__ for k in faults] if faults else [],
             "chaos_error": chaos.error if chaos else None}
@@ -329,7 +331,12 @@ def plot(runs: dict[str, dict], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the services too, as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=16)

@@ -96,8 +96,10 @@ class VllmProcess:
         # vLLM's output goes to ours (the replica's log); its own process group so a
         # Ctrl-C in a terminal reaches it only through us, in order.
         self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, start_new_session=True)
-        PID_DIR.mkdir(parents=True, exist_ok=True)  # Popen returns after the exec: /proc shows vLLM's command line
-        pid_file.write_bytes(f"{self.proc.pid}\n".encode() + (_cmdline(self.proc.pid) or b""))
+        PID_DIR.mkdir(parents=True, exist_ok=True)
+        # The command line as /proc will show it, from argv: read back right after Popen it can still be
+        # empty (the exec is not done setting up the new image), and an empty record is never reaped.
+        pid_file.write_bytes(f"{self.proc.pid}\n".encode() + b"".join(os.fsencode(a) + b"\0" for a in self.argv))
 
     @property
     def exited(self) -> int | None:
@@ -131,9 +133,11 @@ class VllmProcess:
         raise TimeoutError(f"vLLM did not list {self.served_model_name} within {timeout}s")
 
     def stop(self, grace: float = 30.0) -> int | None:
+        if self.proc is None:  # started none: the record, if any, is an earlier sidecar's vLLM, still to reap
+            return None
         (PID_DIR / f"{self.port}.pid").unlink(missing_ok=True)
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
+        if self.proc.poll() is not None:
+            return self.proc.returncode
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             return self.proc.wait(grace)

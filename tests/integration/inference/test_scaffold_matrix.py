@@ -201,9 +201,11 @@ def test_a_scaffold_runs_the_teachers_forced_tool_calls_token_exact(cell, forced
     run_cell(cell, *forced_proxy, tmp_path)
 
 
-def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path) -> None:  # noqa: ANN001 - a ServiceProcess
+def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  # noqa: ANN001 - a ServiceProcess
+             turn_end: str = TURN_END) -> tuple[list[TrajectoryRecord], Assembly]:
     """Trials of the matrix's tasks in turn (``ROUNDS`` times over) until one runs two of the policy's
-    tool calls in the cell's segments; each trial on the way is checked for the whole chain."""
+    tool calls in the cell's segments; each trial on the way is checked for the whole chain. Returns
+    that trial's calls and what the env would post of them."""
     for spec in MATRIX_TASKS:
         write_task(spec, tmp_path / "tasks")
     agent = cell.make()
@@ -226,12 +228,11 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path) -
             assert set(ids) <= {i for later in calls[n + 1:] for i in cell.results(later.request)}
         assembly = assert_exact_sequences(calls)
         # the end-of-turn token is an id, never text, whether a call went one hop or was spliced
-        assert not any(TURN_END in str(c.choices[0].message.get("content") or "") for c in calls)
+        assert not any(turn_end in str(c.choices[0].message.get("content") or "") for c in calls)
         ran = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
         if ran >= 2 and assembly.segments == cell.segments:
-            break
-    else:
-        pytest.fail(f"no {cell.agent} trial ran two of the policy's tool calls in segments {cell.segments}")
+            return calls, assembly
+    pytest.fail(f"no {cell.agent} trial ran two of the policy's tool calls in segments {cell.segments}")
 
 
 def test_the_docs_open_with_the_matrix():

@@ -66,3 +66,38 @@ def test_a_port_held_by_another_process_is_refused_not_taken_for_ours():
         assert foreign.proc.poll() is None and ours.proc is None
     finally:
         foreign.stop(grace=5)
+
+
+def test_the_record_is_the_command_line_proc_shows_never_an_empty_one():
+    """The fault run on 2026-11-27: a record read from /proc right after Popen can be empty (the exec
+    has not set up the new image yet), and an empty record never matches, so the orphan lived on."""
+    port = free_port()
+    orphan = server(port)
+    orphan.start()
+    try:
+        pid, _, recorded = (replica.PID_DIR / f"{port}.pid").read_bytes().partition(b"\n")
+        assert int(pid) == orphan.proc.pid
+        assert recorded == b"".join(a.encode() + b"\0" for a in orphan.argv)
+        wait_taken(port)
+        assert replica._cmdline(orphan.proc.pid) == recorded
+    finally:
+        orphan.stop(grace=5)
+
+
+def test_a_sidecar_that_started_no_vllm_leaves_the_orphans_record_for_the_next():
+    """The same fault run: a sidecar that failed before starting its vLLM removed, as it stopped, the
+    record of the orphan it could not reap; every later sidecar then found the port held, for ever."""
+    port = free_port()
+    orphan = server(port)
+    orphan.start()
+    wait_taken(port)  # its sidecar is killed here
+    failed = server(port)
+    assert failed.stop(grace=5) is None  # it never started one (here: it did not get that far)
+    assert (replica.PID_DIR / f"{port}.pid").exists()
+    own = server(port)
+    own.start()
+    try:
+        assert orphan.proc.wait(10) == -9
+        wait_taken(port)
+    finally:
+        own.stop(grace=5)

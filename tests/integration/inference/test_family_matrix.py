@@ -1,0 +1,137 @@
+"""The matrix's second axis: every agent on real model families' tokenizers and chat templates.
+
+Each family's cells run on a tiny random-weight model of the family built on its real tokenizer
+and template (``rlstack make-tiny-model --model-family``), served by a real vLLM replica that
+takes the family's tool and reasoning parsers from the model directory, with the scripted
+teacher's turns forced in vLLM's sampler (``modelkit.teacher_forcing``): the tokens are vLLM's,
+sampled under the served weights, in the family's own format. Each cell runs the scaffold
+matrix's checks (``run_cell``: trial ``ok``, two tool calls run, every continued call spliced, 0
+thread breaks, reward = verifier's, each sequence the thread's exact ids) and adds:
+
+- the sequences decode, with the family's tokenizer, to the family's tool-call format (and, with
+  thinking on, to the teacher's reasoning in a think block on every turn of the thread);
+- **drift**: the share of spliced calls whose history, rendered again through the template, is not
+  the ids the policy produced: what token-in saved (``SpliceInfo.rerendered_exact``).
+
+The suite runs the diagonal (``DIAGONAL``: each family mode once, each agent once); ``make matrix``
+runs every cell (``--matrix``) and writes the table into docs/agent-trials.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from rlstack.common.model_families import FAMILIES, ModelFamily
+from rlstack.modelkit.family_model import build_family_tiny_model
+from rlstack.modelkit.teacher_forcing import REASONING, TASKS_ENV, write_tasks
+from tests.conftest import PROXY_PYTHON, start_service
+from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.test_scaffold_matrix import (
+    CELLS,
+    FORCED_CELLS,
+    FORCING,
+    MATRIX_TASKS,
+    Cell,
+    run_cell,
+)
+
+AGENT_CELLS = {c.agent: c for c in CELLS + FORCED_CELLS}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A family as served: its name, and thinking on or off where its template can think."""
+
+    family: str
+    thinking: bool | None = None
+
+    @property
+    def id(self) -> str:
+        return self.family + ("" if self.thinking is None else "-thinking" if self.thinking else "-no-thinking")
+
+    @property
+    def spec(self) -> ModelFamily:
+        return FAMILIES[self.family]
+
+
+MODES = [Mode("qwen3", thinking=True), Mode("qwen3", thinking=False)]
+DIAGONAL = {("qwen3-thinking", "claude-code"), ("qwen3-thinking", "codex"),
+            ("qwen3-no-thinking", "builtin"), ("qwen3-no-thinking", "opencode")}
+"""What the suite runs: each mode and each agent at least once (claude-code's sub-agents: ``make matrix``)."""
+RESULTS = Path("docs/data/family-matrix.jsonl")
+"""Each cell's figures as ``make matrix`` last measured them; the docs table is made from this."""
+
+
+def cells() -> list:
+    out = []
+    for mode in MODES:
+        for agent in AGENT_CELLS:
+            marks = [] if (mode.id, agent) in DIAGONAL else [pytest.mark.matrix]
+            out.append(pytest.param(mode, AGENT_CELLS[agent], id=f"{mode.id}-{agent.replace(' + ', '+')}", marks=marks))
+    return out
+
+
+@pytest.fixture(scope="session")
+def family_models(tmp_path_factory) -> dict[str, Path]:
+    """Tiny models of each family, built once a session on first use."""
+    root = tmp_path_factory.mktemp("families")
+    built: dict[str, Path] = {}
+
+    class Lazy(dict):
+        def __missing__(self, family: str) -> Path:
+            built[family] = build_family_tiny_model(root / family, FAMILIES[family])
+            self[family] = built[family]
+            return built[family]
+
+    return Lazy()
+
+
+@pytest.fixture(scope="module")
+def served(request, registry, family_models, stack_logs, tmp_path_factory) -> Iterator[tuple]:
+    """One replica and one proxy per family mode, shared by its cells (pytest orders the cells by mode)."""
+    mode: Mode = request.param
+    root = tmp_path_factory.mktemp(mode.id)
+    tasks = write_tasks(MATRIX_TASKS, root / "tasks.json")
+    name = f"forced-{mode.id}"
+    vllm_args = ["--logits-processors", FORCING]
+    if mode.thinking is False:
+        vllm_args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": False})]
+    replica = start_replica(registry.url, family_models[mode.family], stack_logs, f"replica-{mode.id}", served_model_name=name,
+                            extra_args=[f"--extra-vllm-args={json.dumps(vllm_args)}"], env={TASKS_ENV: str(tasks)})
+    try:
+        proxy = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(root / "trials"),
+                                        "--served-model-name", name, "--max-tokens-cap", "256", "--watch-timeout-seconds", "2"],
+                              stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+        yield mode, proxy, root / "trials", name, family_models[mode.family]
+        proxy.terminate()
+    finally:
+        replica.sidecar.terminate(grace=60)
+
+
+@pytest.mark.parametrize(("served", "cell"), [pytest.param(*p.values, id=p.id, marks=p.marks) for p in cells()],
+                         indirect=["served"])
+def test_an_agent_on_a_real_familys_template_is_token_exact(served, cell: Cell, claude_bin, codex_bin, opencode_bin, tmp_path):
+    mode, proxy, trials_dir, name, model = served
+    calls, assembly = run_cell(cell, proxy, trials_dir, name, tmp_path, turn_end=mode.spec.turn_end)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    made = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
+    decoded = [tokenizer.decode(s.tokens, skip_special_tokens=False) for s in assembly.sequences]
+    assert sum(text.count(mode.spec.tool_call_marker) for text in decoded) >= made  # the family's own format
+    replies = [tokenizer.decode(c.choices[0].completion_token_ids, skip_special_tokens=False) for c in calls]
+    if mode.thinking:  # every reply thought first, and the thread's sequence holds each thought
+        assert all(r.startswith(f"<think>\n{REASONING}\n</think>") for r in replies)
+        assert sum(text.count(REASONING) for text in decoded) >= len(calls)
+    elif mode.thinking is False:
+        assert not any("<think>" in r for r in replies)
+    spliced = [c for c in calls if c.splice is not None]
+    drift = sum(not c.splice.rerendered_exact for c in spliced) / len(spliced) if spliced else 0.0
+    record = {"family": mode.id, "agent": cell.agent, "calls": len(calls), "spliced": len(spliced), "drift": round(drift, 3),
+              "thread_breaks": assembly.thread_breaks, "segments": assembly.segments}
+    print(json.dumps(record))
+    (tmp_path / "cell.json").write_text(json.dumps(record))
