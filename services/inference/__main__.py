@@ -1,7 +1,21 @@
 """``python -m rlstack.inference``: one vLLM replica with its registration sidecar."""
 
+import sys
+
 from rlstack.common.entrypoint import run_service
+from rlstack.common.model_families import ModelFamilyError, check_parsers, resolve_family
 from rlstack.inference.config import InferenceSettings
 
+
+def check_family(settings: InferenceSettings) -> None:
+    """The model's family and its parsers, before vLLM loads anything: one line and exit 2 if not."""
+    try:
+        family = resolve_family(settings.model, settings.model_family)
+        check_parsers(family, None, settings.tool_call_parser, settings.reasoning_parser)
+    except ModelFamilyError as exc:
+        print(f"rlstack.inference: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    run_service(InferenceSettings, "rlstack.inference.app:build_app")
+    run_service(InferenceSettings, "rlstack.inference.app:build_app", before_import=check_family)

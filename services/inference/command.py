@@ -10,14 +10,23 @@ from __future__ import annotations
 import json
 import sys
 
+from rlstack.common.model_families import ModelFamily, resolve_family
 from rlstack.inference.config import InferenceSettings
 
 WORKER_EXTENSION = "rlstack.inference.worker_extension.RLStackWorkerExtension"
 
 
+def parsers(s: InferenceSettings) -> tuple[str | None, str | None]:
+    """The tool and reasoning parsers vLLM runs: the settings', else the model family's."""
+    family: ModelFamily = resolve_family(s.model, s.model_family)
+    return s.tool_call_parser or family.tool_parser, s.reasoning_parser or family.reasoning_parser
+
+
 def vllm_command(s: InferenceSettings, python: str = sys.executable, weights: str | None = None) -> tuple[list[str], dict[str, str]]:
     """``weights``: a published version's directory to load instead of ``s.model`` (whose tokenizer
-    it keeps: ``save_pretrained`` of a model writes no tokenizer)."""
+    it keeps: ``save_pretrained`` of a model writes no tokenizer). Raises ``ModelFamilyError`` when
+    the model's family cannot be told."""
+    tool_parser, reasoning_parser = parsers(s)
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", weights or s.model,
@@ -37,8 +46,10 @@ def vllm_command(s: InferenceSettings, python: str = sys.executable, weights: st
     argv.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
     if s.enable_lora:
         argv += ["--enable-lora", "--max-lora-rank", str(s.max_lora_rank), "--max-loras", str(s.max_loras)]
-    if s.tool_call_parser:
-        argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_call_parser]
+    if tool_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
+    if reasoning_parser:
+        argv += ["--reasoning-parser", reasoning_parser]
     if s.token_routes:
         argv.append("--enable-scale-out")  # render / generate / derender: the proxy's token-in
     if s.api_key is not None:

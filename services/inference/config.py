@@ -58,8 +58,13 @@ class InferenceSettings(ServiceSettings):
     """Runtime LoRA loading (the lora weight-sync mode)."""
     max_lora_rank: int = Field(default=16, ge=1, le=512)
     max_loras: int = Field(default=2, ge=1)
-    tool_call_parser: str | None = "hermes"
-    """Parser for tool calls in generated text (agents send tools with tool_choice=auto)."""
+    model_family: str | None = None
+    """The model's family (``common.model_families``): its vLLM tool and reasoning parsers. Unset,
+    read from the model directory; a hub id names it."""
+    tool_call_parser: str | None = None
+    """vLLM --tool-call-parser (agents send tools with tool_choice=auto); unset, the family's."""
+    reasoning_parser: str | None = None
+    """vLLM --reasoning-parser; unset, the family's (none for a family that does not think)."""
     token_routes: bool = True
     """vLLM's token-in routes (``--enable-scale-out``: chat render, ``/inference/v1/generate``, derender), which
     the proxy uses to send a trial's continued calls on its exact ids."""

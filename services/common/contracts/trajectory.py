@@ -55,7 +55,9 @@ class ThreadHead(BaseModel):
     rendered_len: int
     rendered_fp: str
     stable_fp: str
-    """The rendering less its generation prompt's boundary id: what a continuation starts with."""
+    """The rendering less its generation prompt: what a continuation starts with."""
+    stable_len: int | None = None
+    """Where that ends (None in records from before: the rendering less its last id)."""
     turn_end: int | None = None
     root_len: int
     root_fp: str

@@ -9,10 +9,12 @@ thread's latest call, plus a fingerprint of what that call's request rendered to
 
 A new call continues a head when its own rendering starts with the head's rendering (same
 tools, system prompt and history up to the head's reply, byte for byte after the template),
-less the generation prompt's last id (``BOUNDARY_TOKENS``).
-The new prompt is then the head's exact ids + everything the template renders after the
-re-rendered reply's turn-end token (tool results, the next user turn, the generation
-prompt). Only that tail comes from rendering; the history is never re-tokenised.
+less the generation prompt: everything after the rendering's last end-of-turn id (``stable_cut``).
+The generation prompt is not history: Qwen3 with thinking off ends it with an empty think block
+that the same turn, rendered as history, does not have; other templates' last id merges with
+the reply's first characters. The new prompt is then the head's exact ids + everything the
+template renders after the re-rendered reply's turn-end token (tool results, the next user
+turn, the generation prompt). Only that tail comes from rendering; the history is never re-tokenised.
 
 The reply in the new request must still say what the policy said (same text and tool calls,
 compared after parsing, so re-serialised JSON or a dropped empty text block is no edit);
@@ -41,10 +43,11 @@ MAX_HEADS_PER_TRIAL = 16
 """Threads followed per trial (main thread, side calls, sub-agents); the least recent goes first."""
 MAX_TRIALS = 20_000
 BOUNDARY_TOKENS = 1
-"""A rendering ends with the generation prompt, whose last id (the whitespace after the role) the
-tokenizer may merge with the reply's first characters once the reply is rendered as history: a
-reply that starts with a newline turns the prompt's ``\n`` + the reply's ``\n\n`` into one ``\n\n\n``
-id. A head is matched on its rendering less these ids (seen in CI: a random policy's reply)."""
+"""Where a rendering holds no end-of-turn id to cut at (a template whose user turns end on none, a
+thread's first call before any turn-end is known): it is matched less this many last ids. The
+generation prompt's last id (the whitespace after the role) can merge with the reply's first
+characters once the reply is rendered as history: a reply that starts with a newline turns the
+prompt's ``\n`` + the reply's ``\n\n`` into one ``\n\n\n`` id (seen in CI: a random policy's reply)."""
 TRIAL_IDLE_SECONDS = 3600.0
 
 SegmentReason = Literal["history_edited", "no_turn_end"]
@@ -54,9 +57,19 @@ def fingerprint(ids: array, length: int) -> bytes:
     return hashlib.blake2b(memoryview(ids)[:length].tobytes(), digest_size=16).digest()
 
 
-def stable_and_full_fingerprints(ids: array) -> tuple[bytes, bytes]:
-    """``fingerprint`` of the rendering less ``BOUNDARY_TOKENS`` and of all of it, in one pass."""
-    view, cut = memoryview(ids), _stable(len(ids))
+def stable_cut(ids: Sequence[int], turn_end: int | None) -> int:
+    """Where a rendering's history ends and its generation prompt begins: just past its last
+    end-of-turn id; without one, ``BOUNDARY_TOKENS`` from its end."""
+    if turn_end is not None:
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] == turn_end:
+                return i + 1
+    return _stable(len(ids))
+
+
+def stable_and_full_fingerprints(ids: array, cut: int) -> tuple[bytes, bytes]:
+    """``fingerprint`` of the rendering up to ``cut`` and of all of it, in one pass."""
+    view = memoryview(ids)
     digest = hashlib.blake2b(view[:cut].tobytes(), digest_size=16)
     stable = digest.digest()
     digest.update(view[cut:].tobytes())
@@ -75,7 +88,9 @@ class Head:
     rendered_len: int
     rendered_fp: bytes
     stable_fp: bytes
-    """Fingerprint of the rendering less its last ``BOUNDARY_TOKENS`` ids: what a continuation starts with."""
+    """Fingerprint of the rendering up to ``stable_len``: what a continuation starts with."""
+    stable_len: int
+    """The rendering less its generation prompt (``stable_cut``)."""
     tokens: array
     """The exact prompt sent + the completion received."""
     prompt_len: int
@@ -83,8 +98,8 @@ class Head:
     """The id that closed the reply (an end-of-turn token), None if it was cut (length)."""
     root_len: int
     root_fp: bytes
-    """The thread's first rendering (less ``BOUNDARY_TOKENS``): a later call that starts with it but
-    continues no head edited the history."""
+    """The thread's first rendering (less its generation prompt): a later call that starts with it
+    but continues no head edited the history."""
     messages_len: int = 0
     """Messages in the head's request: the next request's reply to it sits at this index."""
     reply: str = ""
@@ -98,7 +113,7 @@ class Head:
     def logged(self) -> ThreadHead:
         """What the call's record carries so another process can rebuild this head (``from_record``)."""
         return ThreadHead(rendered_len=self.rendered_len, rendered_fp=self.rendered_fp.hex(), stable_fp=self.stable_fp.hex(),
-                          turn_end=self.turn_end, root_len=self.root_len, root_fp=self.root_fp.hex(),
+                          stable_len=self.stable_len, turn_end=self.turn_end, root_len=self.root_len, root_fp=self.root_fp.hex(),
                           messages_len=self.messages_len, reply=self.reply, request_key=self.request_key.hex(),
                           setting=self.setting.hex(), tokens_fp=fingerprint(self.tokens, len(self.tokens)).hex())
 
@@ -114,7 +129,7 @@ class Head:
                 return None
             return cls(request_id=record.request_id, rendered_len=logged.rendered_len,
                        rendered_fp=bytes.fromhex(logged.rendered_fp), stable_fp=bytes.fromhex(logged.stable_fp),
-                       tokens=tokens, prompt_len=len(record.prompt_token_ids), turn_end=logged.turn_end,
+                       stable_len=_stable(logged.rendered_len) if logged.stable_len is None else logged.stable_len, tokens=tokens, prompt_len=len(record.prompt_token_ids), turn_end=logged.turn_end,
                        root_len=logged.root_len, root_fp=bytes.fromhex(logged.root_fp), messages_len=logged.messages_len,
                        reply=logged.reply, request_key=bytes.fromhex(logged.request_key), setting=bytes.fromhex(logged.setting))
         except ValueError:  # not hex: a record this process cannot have written
@@ -207,8 +222,8 @@ class ThreadTable:
                 continue
             if head.rendered_len == len(arr):  # the same request again, id for id
                 same = fingerprint(arr, len(arr)) == head.rendered_fp
-            else:  # an answer to the head: its history up to the generation prompt's boundary, then its reply
-                same = fingerprint(arr, _stable(head.rendered_len)) == head.stable_fp and (messages is None or _replied(head, messages))
+            else:  # an answer to the head: its history up to the generation prompt, then its reply
+                same = fingerprint(arr, head.stable_len) == head.stable_fp and (messages is None or _replied(head, messages))
             if same:
                 best = head
         if best is None:
@@ -223,17 +238,18 @@ class ThreadTable:
             turn_end = _only(self.turn_ends)
         if turn_end is None:
             return Plan(prompt=list(rendered), segment="no_turn_end")
-        try:  # a reply merged into the boundary still holds at least one id: its end is past the head's length
-            end = rendered.index(turn_end, best.rendered_len)
+        try:  # the first end-of-turn after the history is the reply's own (a role header holds none)
+            end = rendered.index(turn_end, best.stable_len)
         except ValueError:
             return Plan(prompt=list(rendered), segment="no_turn_end")
         exact = best.tokens.tolist()
         closing = [] if best.turn_end is not None else [turn_end]
         tail = list(rendered[end + 1:])
-        completion = exact[best.prompt_len:]
-        rerendered = list(rendered[best.rendered_len:end + 1])
+        # the head's generation prompt as sent, and the reply: what the history now renders in their place
+        generated = exact[best.prompt_len - (best.rendered_len - best.stable_len):]
+        rerendered = list(rendered[best.stable_len:end + 1])
         splice = Splice(best.request_id, len(exact), len(closing) + len(tail),
-                        rerendered_exact=rerendered == completion + closing)
+                        rerendered_exact=rerendered == generated + closing)
         return Plan(prompt=exact + closing + tail, splice=splice, parent=best)
 
     def record(self, trial: str, request_id: str, rendered: Sequence[int], plan: Plan, completion: Sequence[int],
@@ -243,9 +259,10 @@ class ThreadTable:
         turn_end = completion[-1] if completion and eos_stop and finish_reason in ("stop", "tool_calls") else None
         arr = ids_array(rendered)
         parent = plan.parent
-        stable_fp, rendered_fp = stable_and_full_fingerprints(arr)
-        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (_stable(len(arr)), stable_fp)
-        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=rendered_fp, stable_fp=stable_fp,
+        cut = stable_cut(arr, turn_end if turn_end is not None else _only(self.turn_ends))
+        stable_fp, rendered_fp = stable_and_full_fingerprints(arr, cut)
+        root_len, root_fp = (parent.root_len, parent.root_fp) if parent else (cut, stable_fp)
+        head = Head(request_id=request_id, rendered_len=len(arr), rendered_fp=rendered_fp, stable_fp=stable_fp, stable_len=cut,
                     tokens=ids_array([*plan.prompt, *completion]), prompt_len=len(plan.prompt), turn_end=turn_end,
                     root_len=root_len, root_fp=root_fp, messages_len=len(messages), reply=reply_key(reply or {}),
                     request_key=messages_key(messages[-1:]), setting=setting_key(messages, tools))

@@ -55,7 +55,7 @@ def test_an_adapter_version_and_no_version(tmp_path):
 
 
 def test_a_published_version_is_loaded_with_the_base_models_tokenizer():
-    argv, _ = vllm_command(InferenceSettings(model="/data/models/policy"), python="py", weights="/data/weights/rl/v000007")
+    argv, _ = vllm_command(InferenceSettings(model="/data/models/policy", model_family="demo"), python="py", weights="/data/weights/rl/v000007")
     assert argv[argv.index("--model") + 1] == "/data/weights/rl/v000007"
     assert argv[argv.index("--tokenizer") + 1] == "/data/models/policy"
-    assert "--tokenizer" not in vllm_command(InferenceSettings(model="m"), python="py")[0]
+    assert "--tokenizer" not in vllm_command(InferenceSettings(model="m", model_family="demo"), python="py")[0]

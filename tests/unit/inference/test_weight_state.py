@@ -34,7 +34,7 @@ def test_the_worker_writes_the_version_the_trainer_stores(tmp_path, monkeypatch)
 def test_the_sidecar_hands_vllm_its_state_dir_and_reads_it(tmp_path):
     from rlstack.inference.app import Replica
 
-    replica = Replica(InferenceSettings(model="m", vllm_port=8001, weight_version=0))
+    replica = Replica(InferenceSettings(model="m", model_family="demo", vllm_port=8001, weight_version=0))
     assert replica.vllm.env[STATE_DIR_ENV] == str(replica.state_dir)
     replica.read_weight_state()
     assert (replica.weight_version, replica.adapter) == (0, None)

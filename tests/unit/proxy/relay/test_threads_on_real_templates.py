@@ -1,0 +1,56 @@
+"""Token-in on a real family's template: Qwen3's generation prompt with thinking off ends in an
+empty think block that the same turn, rendered as history, does not have. Before the history was
+cut at the rendering's last end-of-turn id, every such continuation started a thread of its own."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from rlstack.common.model_families import FAMILIES
+from rlstack.proxy.relay.threads import ThreadTable
+
+BASH = {"type": "function", "function": {"name": "Bash", "description": "Run a command.",
+                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return AutoTokenizer.from_pretrained(FAMILIES["qwen3"].tokenizer_dir())
+
+
+def call(n: int, command: str, reasoning: str | None = None) -> dict:
+    return {"role": "assistant", "content": "", **({"reasoning_content": reasoning} if reasoning else {}),
+            "tool_calls": [{"id": f"c{n}", "type": "function", "function": {"name": "Bash", "arguments": {"command": command}}}]}
+
+
+@pytest.mark.parametrize(("thinking", "sent_back", "drift"), [(False, False, True), (True, True, False), (True, False, True)],
+                         ids=["no-thinking", "thinking-sent-back", "thinking-dropped"])
+def test_a_qwen3_tool_loop_is_one_thread_with_thinking_on_or_off(qwen3, thinking, sent_back, drift):
+    """No thinking: the empty think block the policy was prompted with is gone from the history. Thinking,
+    with the reasoning sent back (chat ``reasoning_content``): kept after the last user turn, the history
+    renders exactly. Thinking dropped by the agent: the history lacks it. One thread each time."""
+    def render(messages: list[dict]) -> list[int]:
+        return qwen3.apply_chat_template(messages, tools=[BASH], add_generation_prompt=True, tokenize=True,
+                                         enable_thinking=thinking, return_dict=False)
+
+    table = ThreadTable()
+    messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Sum the numbers."}]
+    sent: list[int] = []
+    drifted = []
+    for turn, command in enumerate(["cat /app/numbers.txt", "echo 6 > /app/answer.txt"]):
+        rendered = render(messages)
+        plan = table.plan("t", rendered, messages)
+        if turn:
+            assert plan.splice is not None and plan.splice.onto == f"r{turn - 1}", "the loop broke its thread"
+            assert plan.prompt[:len(sent)] == sent  # the policy's ids, never re-tokenised
+            drifted.append(not plan.splice.rerendered_exact)
+        think = "<think>\nI look first.\n</think>\n\n" if thinking else ""
+        reply = f'{think}<tool_call>\n{{"name": "Bash", "arguments": {{"command": "{command}"}}}}\n</tool_call><|im_end|>'
+        completion = qwen3(reply, add_special_tokens=False)["input_ids"]
+        table.record("t", f"r{turn}", rendered, plan, completion, "tool_calls", eos_stop=True, messages=messages,
+                     reply=call(turn, command))
+        sent = plan.prompt + completion
+        back = call(turn, command, "I look first." if sent_back else None)
+        messages = [*messages, back, {"role": "tool", "tool_call_id": f"c{turn}", "content": "1 2 3"}]
+    assert drifted == [drift]
