@@ -157,6 +157,14 @@ test:
 test-unit: setup
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
+# Every cell of the agent x model-family matrix (the suite runs its diagonal), each cell's figures
+# into docs/data/family-matrix.jsonl and the table into docs/agent-trials.md (docs/model-families.md).
+matrix:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target $(SETUP_ALL)
+	rm -f docs/data/family-matrix.jsonl
+	RLSTACK_MATRIX_OUT=docs/data/family-matrix.jsonl $(VENV)/bin/python -m pytest --matrix tests/integration/inference/test_family_matrix.py $(PYTEST_ARGS)
+	$(VENV)/bin/python -m tests.integration.inference.test_family_matrix --write docs/agent-trials.md
+
 # The main job: build the demo model once (tiny Qwen2 + a short supervised warm start), then a
 # GRPO run on the arithmetic task with every service as a local process (~5 min on 2 cores).
 run: setup

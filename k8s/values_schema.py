@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlstack.common.model_families import FAMILIES
+
 SCHEMA = Path(__file__).resolve().parents[1] / "charts" / "rlstack" / "values.schema.json"
 
 J = dict[str, Any]
@@ -101,6 +103,7 @@ def schema() -> J:
             "model": obj({
                 "path": s("model directory on the shared volume", pattern="^/"),
                 "servedName": s(minLength=1),
+                "family": enum("", *FAMILIES),
                 "source": obj({
                     "type": enum("hub", "demo", "hostPath", "claim", "none"),
                     "hub": obj({"id": s(), "revision": s(minLength=1), "tokenSecret": s(), "tokenSecretKey": s(minLength=1)}),

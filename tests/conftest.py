@@ -33,6 +33,20 @@ def cpu_identity() -> str:
     return f"{model}; " + ", ".join(f"{k}={v}" for k, v in features.items())
 
 
+def pytest_addoption(parser) -> None:  # noqa: ANN001
+    parser.addoption("--matrix", action="store_true", help="run every cell of the agent x model-family matrix (make matrix)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    """Cells marked ``matrix`` run under ``make matrix`` (``--matrix``); the suite runs the diagonal."""
+    if config.getoption("--matrix"):
+        return
+    kept = [item for item in items if item.get_closest_marker("matrix") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("matrix") is not None])
+        items[:] = kept
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
     """The CPU at the end of the output, where CI's tail shows it beside any failure."""
     terminalreporter.write_line(f"cpu: {cpu_identity()}")

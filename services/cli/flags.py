@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-MODEL_FAMILY_HELP = ("the model's family (demo, qwen3, deepseek-v3, gpt-oss, llama3.1, gemma3, smollm2): its tokenizer, "
-                     "template and vLLM parsers; unset, read from the model directory (docs/model-families.md)")
+from rlstack.common.model_families import FAMILIES
+
+MODEL_FAMILY_HELP = ("the model's family: its tokenizer, template and vLLM parsers; unset, read from the model directory "
+                     "(docs/model-families.md)")
 
 
 def add_model_family(parser: argparse.ArgumentParser, help: str = MODEL_FAMILY_HELP) -> None:
     """``--model-family``: ``--families`` already names task families (make_tasks.FAMILIES)."""
-    from rlstack.common.model_families import FAMILIES
-
     parser.add_argument("--model-family", dest="model_family", choices=list(FAMILIES), default=None, help=help)

@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.cli.flags import add_model_family
+
 log = logging.getLogger("rlstack")
 
 
@@ -28,12 +30,23 @@ def make_run_dir(runs_dir: Path, name: str) -> Path:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from rlstack.common.model_families import ModelFamilyError
     from rlstack.launcher.config import RunConfig
     from rlstack.launcher.health import print_health, smoke_check
+    from rlstack.launcher.preflight import check_replicas, with_model_family
     from rlstack.launcher.progress import wait_for
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = RunConfig.load(args.config)
+    if args.model_family:
+        config = with_model_family(config, args.model_family)
+    try:
+        for name, family in check_replicas(config).items():
+            log.info("%s serves a %s model (tool parser %s, reasoning parser %s)", name, family.name,
+                     family.tool_parser, family.reasoning_parser)
+    except ModelFamilyError as exc:
+        log.error("%s", exc)
+        return 2
     run_dir = make_run_dir(config.runs_dir, config.name)
     supervisor = Supervisor(config, run_dir)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -94,6 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start the services of a run config as local processes")
     up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
     up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
+    add_model_family(up, help="serve every replica's model as this family (unset: read from each model directory)")
     up.set_defaults(func=cmd_up)
     ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
                                            "a reason, still queued, or lost (exit 1 if any was lost or trained twice)")

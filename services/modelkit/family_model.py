@@ -63,6 +63,8 @@ def build_family_tiny_model(out: Path, family: ModelFamily, spec: FamilyTinySpec
     from transformers import AutoTokenizer, GenerationConfig
 
     spec = spec or FamilyTinySpec()
+    if family.tiny_architecture is None:
+        raise ValueError(f"no tiny model of {family.name} is built here: {family.source}")
     tokenizer = AutoTokenizer.from_pretrained(family.tokenizer_dir())
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)

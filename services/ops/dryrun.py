@@ -258,6 +258,18 @@ def trainer_memory(cfg: Any, shape: TrainerShape) -> dict[str, float]:
     return parts
 
 
+def family_finding(model: str) -> Finding:
+    """The model's family, which gives each replica its vLLM parsers (``common.model_families``)."""
+    from rlstack.common.model_families import ModelFamilyError, family_of
+
+    try:
+        family = family_of(model)
+    except ModelFamilyError as exc:
+        return Finding(check="model family", ok=False, detail=str(exc))
+    return Finding(check="model family", ok=True,
+                   detail=f"{family.name}: tool parser {family.tool_parser}, reasoning parser {family.reasoning_parser}")
+
+
 def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
     from transformers import AutoConfig
 
@@ -269,6 +281,7 @@ def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
     arch = getattr(cfg, "architectures", None) or []
     causal = any(a.endswith("ForCausalLM") for a in arch) and not getattr(cfg, "is_encoder_decoder", False)
     findings.append(Finding(check="decoder-only causal LM", ok=causal, detail=f"{cfg.model_type} {arch}"))
+    findings.append(family_finding(plan.model))
     heads = cfg.num_attention_heads
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     tp = plan.tensor_parallel_size

@@ -23,6 +23,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field, SecretStr
 
+from rlstack.common.model_families import ModelFamilyError, check_parsers, resolve_family
 from rlstack.common.names import ID_PATTERN
 from rlstack.envs.config import EnvSettings
 from rlstack.episodes.harbor.dataset import Dataset
@@ -49,6 +50,8 @@ class TrialRequest(BaseModel):
     agent_command: str | None = None
     """Any scaffold by command line (``{instruction}`` a word of its own); replaces ``agent``."""
     model: Path | None = None
+    model_family: str | None = None
+    """The model's family (``common.model_families``); unset, read from the model directory."""
     trials_dir: Path | None = None
     proxy_url: str | None = None
     trial_key_secret: SecretStr | None = None
@@ -115,6 +118,10 @@ def check_request(req: TrialRequest) -> HarborTask:
         for python in (VLLM_PYTHON, PROXY_PYTHON):
             if not python.exists():
                 raise TrialInputError(f"no {python}: run `make setup` (or pass --proxy-url of a running proxy)")
+        try:
+            check_parsers(resolve_family(model, req.model_family), str(VLLM_PYTHON))
+        except ModelFamilyError as exc:
+            raise TrialInputError(str(exc)) from None
     return task
 
 
@@ -128,6 +135,8 @@ def stack_config(req: TrialRequest, trials_dir: Path, run_dir: Path) -> RunConfi
                  "--replica-id", "trial-0", "--heartbeat-seconds", "1", "--kv-cache-gib", "1"]
     if req.max_model_len:
         inference += ["--max-model-len", str(req.max_model_len)]
+    if req.model_family:
+        inference += ["--model-family", req.model_family]
     return RunConfig(name="trial", runs_dir=run_dir.parent, services=[
         ServiceSpec(name="registry", module="rlstack.registry", args=["--probe-interval-seconds", "1"]),
         ServiceSpec(name="inference", module="rlstack.inference", python=str(VLLM_PYTHON), extra_ports=["vllm"],

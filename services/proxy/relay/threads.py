@@ -379,6 +379,18 @@ def _only(values: set[int]) -> int | None:
     return next(iter(values)) if len(values) == 1 else None
 
 
+def turn_end_after_reply(x: Sequence[int], y: Sequence[int]) -> int | None:
+    """The end-of-turn id, from one conversation rendered with the reply "x" and with the reply "y":
+    the renderings differ in one id (the reply), and the id after it ends the turn. None when they
+    differ otherwise, or nothing follows the reply."""
+    if len(x) != len(y):
+        return None
+    differ = [i for i, (a, b) in enumerate(zip(x, y)) if a != b]
+    if len(differ) != 1 or differ[0] + 1 >= len(x):
+        return None
+    return x[differ[0] + 1]
+
+
 def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
     """A reply that ended on the model's own end-of-turn token (not a stop string, not length).
 

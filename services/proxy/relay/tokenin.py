@@ -46,6 +46,7 @@ from rlstack.proxy.relay.threads import (
     Splice,
     ThreadTable,
     ended_on_turn_end,
+    turn_end_after_reply,
     without_turn_end,
 )
 from rlstack.proxy.routing.discovery import ReplicaView
@@ -262,25 +263,24 @@ class TokenInUpstream:
         return self.turn_ends[replica_id]
 
     async def _probe_turn_end(self, base: str, model: str | None) -> int | None:
-        """The first id the template puts after an empty assistant reply: the end of a turn.
+        """The id the template puts right after an assistant reply: the end of a turn.
 
-        Rendered once per replica: a user turn with the generation prompt, then the same turn
-        followed by an empty assistant reply; what the second adds after the first closes the turn.
-        None when the template's generation prompt is not how it renders an assistant turn."""
+        Rendered once per replica: the same turn answered "x" and answered "y"; the two renderings
+        differ at the reply alone, and the id after it closes the turn (``threads.turn_end_after_reply``).
+        Not read off the generation prompt: Qwen3's template renders an empty think block into the
+        last assistant turn that its generation prompt (thinking on) does not have."""
         user = [{"role": "user", "content": "x"}]
         try:
-            asked = await self._post(f"{base}/v1/chat/completions/render", dumps(
-                {"model": model, "messages": user, "add_generation_prompt": True}))
-            answered = await self._post(f"{base}/v1/chat/completions/render", dumps(
-                {"model": model, "messages": [*user, {"role": "assistant", "content": ""}], "add_generation_prompt": False}))
+            x, y = [await self._post(f"{base}/v1/chat/completions/render", dumps(
+                {"model": model, "messages": [*user, {"role": "assistant", "content": reply}], "add_generation_prompt": False}))
+                for reply in ("x", "y")]
         except UpstreamError as exc:
             log.warning("could not probe the chat template's end of turn: %s", exc)
             return None
-        head, full = asked["token_ids"], answered["token_ids"]
-        if len(full) > len(head) and full[: len(head)] == head:
-            return full[len(head)]
-        log.warning("the chat template renders an assistant turn unlike its generation prompt: cut replies are not spliced")
-        return None
+        turn_end = turn_end_after_reply(x["token_ids"], y["token_ids"])
+        if turn_end is None:
+            log.warning("the chat template renders no end of turn after a reply: cut replies are not spliced")
+        return turn_end
 
     async def _stream(self, request: web.Request, base: str, data: bytes, body: dict[str, Any],
                       call_id: str | None) -> web.StreamResponse:

@@ -20,6 +20,7 @@ runs every cell (``--matrix``) and writes the table into docs/agent-trials.md.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from transformers import AutoTokenizer
 from rlstack.common.model_families import FAMILIES, ModelFamily
 from rlstack.modelkit.family_model import build_family_tiny_model
 from rlstack.modelkit.teacher_forcing import REASONING, TASKS_ENV, write_tasks
-from tests.conftest import PROXY_PYTHON, start_service
+from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.integration.inference.conftest import start_replica
 from tests.integration.inference.test_scaffold_matrix import (
     CELLS,
@@ -64,8 +65,8 @@ MODES = [Mode("qwen3", thinking=True), Mode("qwen3", thinking=False)]
 DIAGONAL = {("qwen3-thinking", "claude-code"), ("qwen3-thinking", "codex"),
             ("qwen3-no-thinking", "builtin"), ("qwen3-no-thinking", "opencode")}
 """What the suite runs: each mode and each agent at least once (claude-code's sub-agents: ``make matrix``)."""
-RESULTS = Path("docs/data/family-matrix.jsonl")
-"""Each cell's figures as ``make matrix`` last measured them; the docs table is made from this."""
+RESULTS_ENV = "RLSTACK_MATRIX_OUT"
+"""``make matrix`` names a JSONL here; each cell appends its figures (docs/data/family-matrix.jsonl)."""
 
 
 def cells() -> list:
@@ -92,34 +93,62 @@ def family_models(tmp_path_factory) -> dict[str, Path]:
     return Lazy()
 
 
+@dataclass
+class Served:
+    mode: Mode
+    replica: object
+    proxy: object
+    trials_dir: Path
+    name: str
+    model: Path
+
+
 @pytest.fixture(scope="module")
-def served(request, registry, family_models, stack_logs, tmp_path_factory) -> Iterator[tuple]:
-    """One replica and one proxy per family mode, shared by its cells (pytest orders the cells by mode)."""
-    mode: Mode = request.param
-    root = tmp_path_factory.mktemp(mode.id)
-    tasks = write_tasks(MATRIX_TASKS, root / "tasks.json")
-    name = f"forced-{mode.id}"
-    vllm_args = ["--logits-processors", FORCING]
-    if mode.thinking is False:
-        vllm_args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": False})]
-    replica = start_replica(registry.url, family_models[mode.family], stack_logs, f"replica-{mode.id}", served_model_name=name,
-                            extra_args=[f"--extra-vllm-args={json.dumps(vllm_args)}"], env={TASKS_ENV: str(tasks)})
-    try:
-        proxy = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(root / "trials"),
-                                        "--served-model-name", name, "--max-tokens-cap", "256", "--watch-timeout-seconds", "2"],
-                              stack_logs, python=PROXY_PYTHON, ready_timeout=180)
-        yield mode, proxy, root / "trials", name, family_models[mode.family]
-        proxy.terminate()
-    finally:
-        replica.sidecar.terminate(grace=60)
+def serving(registry, family_models, stack_logs, tmp_path_factory) -> Iterator:
+    """One replica and one proxy per family mode, started when its first cell needs it and stopped
+    when the next mode starts (cells run in ``cells()`` order, mode by mode)."""
+    current: list[Served] = []
+
+    def stop() -> None:
+        while current:
+            served = current.pop()
+            served.proxy.terminate()
+            served.replica.sidecar.terminate(grace=60)
+
+    def serve(mode: Mode) -> Served:
+        if current and current[0].mode == mode:
+            return current[0]
+        stop()
+        root = tmp_path_factory.mktemp(mode.id)
+        tasks = write_tasks(MATRIX_TASKS, root / "tasks.json")
+        name = f"forced-{mode.id}"
+        vllm_args = ["--logits-processors", FORCING]
+        if mode.thinking is False:
+            vllm_args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": False})]
+        model = family_models[mode.family]
+        # by env, not flag: pydantic-settings' CLI misreads a JSON list holding a JSON object
+        replica = start_replica(registry.url, model, stack_logs, f"replica-{mode.id}", served_model_name=name,
+                                env={TASKS_ENV: str(tasks), "RLSTACK_INFERENCE_EXTRA_VLLM_ARGS": json.dumps(vllm_args)})
+        try:
+            proxy = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(root / "trials"),
+                                            "--served-model-name", name, "--max-tokens-cap", "256", "--watch-timeout-seconds", "2"],
+                                  stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+        except BaseException:
+            replica.sidecar.terminate(grace=60)
+            raise
+        current.append(Served(mode, replica, proxy, root / "trials", name, model))
+        return current[0]
+
+    yield serve
+    stop()
 
 
-@pytest.mark.parametrize(("served", "cell"), [pytest.param(*p.values, id=p.id, marks=p.marks) for p in cells()],
-                         indirect=["served"])
-def test_an_agent_on_a_real_familys_template_is_token_exact(served, cell: Cell, claude_bin, codex_bin, opencode_bin, tmp_path):
-    mode, proxy, trials_dir, name, model = served
-    calls, assembly = run_cell(cell, proxy, trials_dir, name, tmp_path, turn_end=mode.spec.turn_end)
-    tokenizer = AutoTokenizer.from_pretrained(model)
+@pytest.mark.parametrize(("mode", "cell"), cells())
+def test_an_agent_on_a_real_familys_template_is_token_exact(mode: Mode, cell: Cell, serving, claude_bin, codex_bin, opencode_bin,
+                                                             tmp_path):
+    served = serving(mode)
+    calls, assembly = run_cell(cell, served.proxy, served.trials_dir, served.name, tmp_path, turn_end=mode.spec.turn_end)
+    tokenizer = AutoTokenizer.from_pretrained(served.model)
     made = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
     decoded = [tokenizer.decode(s.tokens, skip_special_tokens=False) for s in assembly.sequences]
     assert sum(text.count(mode.spec.tool_call_marker) for text in decoded) >= made  # the family's own format
@@ -134,4 +163,53 @@ def test_an_agent_on_a_real_familys_template_is_token_exact(served, cell: Cell, 
     record = {"family": mode.id, "agent": cell.agent, "calls": len(calls), "spliced": len(spliced), "drift": round(drift, 3),
               "thread_breaks": assembly.thread_breaks, "segments": assembly.segments}
     print(json.dumps(record))
-    (tmp_path / "cell.json").write_text(json.dumps(record))
+    if os.environ.get(RESULTS_ENV):  # make matrix: the docs table is made from these
+        with open(os.environ[RESULTS_ENV], "a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+RESULTS = REPO / "docs" / "data" / "family-matrix.jsonl"
+DOCS = REPO / "docs" / "agent-trials.md"
+BEGIN, END = "<!-- family-matrix: make matrix writes this table -->", "<!-- /family-matrix -->"
+
+
+def family_table(records: list[dict]) -> str:
+    """The agent x family table, a row per cell, in ``cells()`` order."""
+    by_cell = {(r["family"], r["agent"]): r for r in records}
+    rows = ["| family | template | agent | calls | continued calls spliced | thread breaks | drift (history re-rendered != ids generated) | segments |",
+            "|---|---|---|---|---|---|---|---|"]
+    for param in cells():
+        mode, cell = param.values
+        r = by_cell.get((mode.id, cell.agent))
+        if r is None:
+            rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | not measured | | | | |")
+            continue
+        rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | {r['calls']} | {r['spliced']} of {r['calls'] - sum(r['segments'].values())} | "
+                    f"{r['thread_breaks']} | {r['drift']:.0%} | {', '.join(f'{k} {v}' for k, v in r['segments'].items())} |")
+    return "\n".join(rows)
+
+
+def read_results() -> list[dict]:
+    return [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()] if RESULTS.exists() else []
+
+
+def test_the_docs_table_is_every_cell_as_make_matrix_measured_it():
+    """Every cell (the diagonal and the rest) has figures from the last ``make matrix``, and the docs
+    show exactly them: a new cell or a changed one needs ``make matrix`` again."""
+    records = read_results()
+    assert {(r["family"], r["agent"]) for r in records} == {(p.values[0].id, p.values[1].agent) for p in cells()}, \
+        "docs/data/family-matrix.jsonl: run `make matrix`"
+    text = DOCS.read_text()
+    assert text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip() == family_table(records), "run `make matrix`"
+
+
+if __name__ == "__main__":
+    import sys
+
+    table = family_table(read_results())
+    if sys.argv[1:2] == ["--write"]:
+        path = Path(sys.argv[2])
+        text = path.read_text()
+        path.write_text(text[:text.index(BEGIN) + len(BEGIN)] + "\n" + table + "\n" + text[text.index(END):])
+    else:
+        print(table)

@@ -50,7 +50,7 @@ def test_what_cannot_be_told_names_the_fix(tmp_path):
     with pytest.raises(ModelFamilyError, match="no config.json"):
         family_of(tmp_path / "nothing")
     assert resolve_family(mistral, "llama3.1").name == "llama3.1"  # named: not read
-    with pytest.raises(ModelFamilyError, match=r"unknown model family 'qwen4' \(--model-family\): choose one of demo, qwen3"):
+    with pytest.raises(ModelFamilyError, match=r"unknown model family 'qwen4' \(--model-family\): choose one of demo, qwen2.5, qwen3"):
         get_family("qwen4")
 
 
@@ -60,3 +60,13 @@ def test_a_parser_the_vllm_lacks_is_refused_before_anything_starts():
     missing = FAMILIES["qwen3"].model_copy(update={"tool_parser": "qwen9_xml"})
     with pytest.raises(ModelFamilyError, match="no tool parser 'qwen9_xml', which model family 'qwen3' needs"):
         check_parsers(missing, str(VLLM_PYTHON))
+
+
+def test_the_charts_default_model_a_qwen25_directory_is_told(tmp_path):
+    """Qwen/Qwen2.5-0.5B-Instruct (the chart's default): model_type qwen2 with <tool_call> in its tokenizer."""
+    out = tmp_path / "qwen2.5"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (out / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "151657": {"content": "<tool_call>", "special": False}, "151645": {"content": "<|im_end|>", "special": True}}}))
+    assert family_of(out).name == "qwen2.5" and family_of(out).tool_parser == "hermes"

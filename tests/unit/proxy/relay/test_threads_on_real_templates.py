@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlstack.common.model_families import FAMILIES
-from rlstack.proxy.relay.threads import ThreadTable
+from rlstack.proxy.relay.threads import ThreadTable, turn_end_after_reply
 
 BASH = {"type": "function", "function": {"name": "Bash", "description": "Run a command.",
                                          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
@@ -54,3 +54,16 @@ def test_a_qwen3_tool_loop_is_one_thread_with_thinking_on_or_off(qwen3, thinking
         back = call(turn, command, "I look first." if sent_back else None)
         messages = [*messages, back, {"role": "tool", "tool_call_id": f"c{turn}", "content": "1 2 3"}]
     assert drifted == [drift]
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_the_turn_end_is_probed_after_the_reply_not_after_the_generation_prompt(qwen3, thinking):
+    """Qwen3 with thinking on renders an empty think block into the last assistant turn, which its
+    generation prompt lacks: the probe that compared the two took ``<think>`` for the end of a turn,
+    so no reply ever ended on it and no continued call of a non-streaming agent was spliced."""
+    def render(reply: str) -> list[int]:
+        return qwen3.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": reply}],
+                                         tokenize=True, enable_thinking=thinking, return_dict=False)
+
+    assert turn_end_after_reply(render("x"), render("y")) == qwen3.convert_tokens_to_ids("<|im_end|>")
+    assert turn_end_after_reply(render("x"), render("x")) is None

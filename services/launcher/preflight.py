@@ -1,0 +1,40 @@
+"""What ``rlstack up`` checks before it starts anything: every replica's model family can be told
+and its vLLM has the family's parsers. A model that fails here would otherwise fail minutes later,
+after the registry and the batcher are up, inside a replica's log."""
+
+from __future__ import annotations
+
+from rlstack.common.model_families import ModelFamily, check_parsers, resolve_family
+from rlstack.launcher.config import RunConfig
+
+INFERENCE = "rlstack.inference"
+
+
+def flag(args: list[str], name: str) -> str | None:
+    """A flag's value in a service's argument list (``--name value`` or ``--name=value``)."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def with_model_family(config: RunConfig, family: str) -> RunConfig:
+    """``rlstack up --model-family F``: every replica serves its model as family F."""
+    services = [s.model_copy(update={"args": [*s.args, "--model-family", family]}) if s.module == INFERENCE else s
+                for s in config.services]
+    return config.model_copy(update={"services": services})
+
+
+def check_replicas(config: RunConfig) -> dict[str, ModelFamily]:
+    """Each replica's family, by service name; raises ``ModelFamilyError`` (one line, with the fix)."""
+    families = {}
+    for spec in config.services:
+        if spec.module != INFERENCE:
+            continue
+        model = flag(spec.args, "--model") or "models/tiny"
+        family = resolve_family(model, flag(spec.args, "--model-family"))
+        check_parsers(family, spec.python, flag(spec.args, "--tool-call-parser"), flag(spec.args, "--reasoning-parser"))
+        families[spec.name] = family
+    return families
