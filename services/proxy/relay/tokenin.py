@@ -45,10 +45,8 @@ from rlstack.proxy.relay.threads import (
     Plan,
     Splice,
     ThreadTable,
-    ended_on_turn_end,
-    turn_end_after_reply,
-    without_turn_end,
 )
+from rlstack.proxy.relay.turn_end import ended_on_turn_end, turn_end_after_reply, without_turn_end
 from rlstack.proxy.routing.discovery import ReplicaView
 
 log = logging.getLogger(__name__)
@@ -266,7 +264,7 @@ class TokenInUpstream:
         """The id the template puts right after an assistant reply: the end of a turn.
 
         Rendered once per replica: the same turn answered "x" and answered "y"; the two renderings
-        differ at the reply alone, and the id after it closes the turn (``threads.turn_end_after_reply``).
+        differ at the reply alone, and the id after it closes the turn (``turn_end.turn_end_after_reply``).
         Not read off the generation prompt: Qwen3's template renders an empty think block into the
         last assistant turn that its generation prompt (thinking on) does not have."""
         user = [{"role": "user", "content": "x"}]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rlstack.proxy.relay.threads import ThreadTable, ended_on_turn_end, without_turn_end
+from rlstack.proxy.relay.threads import ThreadTable
+from rlstack.proxy.relay.turn_end import ended_on_turn_end, without_turn_end
 
 EOT, NL = 2, 203
 SYSTEM = [1, 50, 51, EOT, NL, 1, 60, 61, EOT, NL, 1, 70, NL]  # system, user, generation prompt

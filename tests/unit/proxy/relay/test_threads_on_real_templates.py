@@ -8,7 +8,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlstack.common.model_families import FAMILIES
-from rlstack.proxy.relay.threads import ThreadTable, turn_end_after_reply
+from rlstack.proxy.relay.threads import ThreadTable
+from rlstack.proxy.relay.turn_end import turn_end_after_reply
 
 BASH = {"type": "function", "function": {"name": "Bash", "description": "Run a command.",
                                          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
