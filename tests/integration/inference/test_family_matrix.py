@@ -8,8 +8,11 @@ sampled under the served weights, in the family's own format. Each cell runs the
 matrix's checks (``run_cell``: trial ``ok``, two tool calls run, every continued call spliced, 0
 thread breaks, reward = verifier's, each sequence the thread's exact ids) and adds:
 
-- the sequences decode, with the family's tokenizer, to the family's tool-call format (and, with
-  thinking on, to the teacher's reasoning in a think block on every turn of the thread);
+- the sequences decode, with the family's tokenizer, to the family's tool-call format;
+- thinking: each reply thinks first (the teacher's reasoning in a think block) exactly when its
+  prompt asked for it, and the thread's sequence keeps every thought. A replica serving Qwen3 with
+  thinking off (``--default-chat-template-kwargs``) still thinks for an agent that asks per call:
+  claude-code sends ``thinking: {type: enabled}`` on every call, which LiteLLM passes on;
 - **drift**: the share of spliced calls whose history, rendered again through the template, is not
   the ids the policy produced: what token-in saved (``SpliceInfo.rerendered_exact``).
 
@@ -152,15 +155,18 @@ def test_an_agent_on_a_real_familys_template_is_token_exact(mode: Mode, cell: Ce
     made = sum(len(c.choices[0].message.get("tool_calls") or []) for c in calls)
     decoded = [tokenizer.decode(s.tokens, skip_special_tokens=False) for s in assembly.sequences]
     assert sum(text.count(mode.spec.tool_call_marker) for text in decoded) >= made  # the family's own format
-    replies = [tokenizer.decode(c.choices[0].completion_token_ids, skip_special_tokens=False) for c in calls]
-    if mode.thinking:  # every reply thought first, and the thread's sequence holds each thought
-        assert all(r.startswith(f"<think>\n{REASONING}\n</think>") for r in replies)
-        assert sum(text.count(REASONING) for text in decoded) >= len(calls)
-    elif mode.thinking is False:
-        assert not any("<think>" in r for r in replies)
+    thought = 0
+    if mode.thinking is not None:  # each reply thinks first exactly when its prompt asked (no empty think block)
+        for c in calls:
+            asked = not tokenizer.decode(c.prompt_token_ids[-8:], skip_special_tokens=False).endswith("<think>\n\n</think>\n\n")
+            reply = tokenizer.decode(c.choices[0].completion_token_ids, skip_special_tokens=False)
+            assert reply.startswith(f"<think>\n{REASONING}\n</think>") if asked else "<think>" not in reply
+            thought += asked
+        assert thought == len(calls) or not mode.thinking  # thinking on: no agent turns it off
+        assert sum(text.count(REASONING) for text in decoded) >= thought  # each thought is in the thread's sequence
     spliced = [c for c in calls if c.splice is not None]
     drift = sum(not c.splice.rerendered_exact for c in spliced) / len(spliced) if spliced else 0.0
-    record = {"family": mode.id, "agent": cell.agent, "calls": len(calls), "spliced": len(spliced), "drift": round(drift, 3),
+    record = {"family": mode.id, "agent": cell.agent, "calls": len(calls), "thought": thought, "spliced": len(spliced), "drift": round(drift, 3),
               "thread_breaks": assembly.thread_breaks, "segments": assembly.segments}
     print(json.dumps(record))
     if os.environ.get(RESULTS_ENV):  # make matrix: the docs table is made from these
@@ -176,15 +182,16 @@ BEGIN, END = "<!-- family-matrix: make matrix writes this table -->", "<!-- /fam
 def family_table(records: list[dict]) -> str:
     """The agent x family table, a row per cell, in ``cells()`` order."""
     by_cell = {(r["family"], r["agent"]): r for r in records}
-    rows = ["| family | template | agent | calls | continued calls spliced | thread breaks | drift (history re-rendered != ids generated) | segments |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| family | template | agent | calls | calls that thought | continued calls spliced | thread breaks | drift (history re-rendered != ids generated) | segments |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for param in cells():
         mode, cell = param.values
         r = by_cell.get((mode.id, cell.agent))
         if r is None:
-            rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | not measured | | | | |")
+            rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | not measured | | | | | |")
             continue
-        rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | {r['calls']} | {r['spliced']} of {r['calls'] - sum(r['segments'].values())} | "
+        thought = "" if mode.thinking is None else str(r["thought"])
+        rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | {r['calls']} | {thought} | {r['spliced']} of {r['calls'] - sum(r['segments'].values())} | "
                     f"{r['thread_breaks']} | {r['drift']:.0%} | {', '.join(f'{k} {v}' for k, v in r['segments'].items())} |")
     return "\n".join(rows)
 
