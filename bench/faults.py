@@ -23,7 +23,7 @@ After each run it checks and prints: the run finished its steps; where each fini
 groups the batcher acknowledged and lost (0); the trainer's final weight version against every
 replica's; the restarts. The reward curves of both runs go to one plot (``--plot``).
 
-    python bench/faults.py [--steps 40] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
+    python bench/faults.py [--steps 56] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
 
 Needs models/agent-demo and data/agent-tasks (``make run-agent`` builds them). Loopback only;
 never beside another vLLM on this machine. Last line: one JSON object with every figure.
@@ -82,6 +82,10 @@ def run_config(name: str, runs_dir: Path, steps: int, batch_size: int, checkpoin
     return config.model_copy(update={"name": name, "runs_dir": runs_dir})
 
 
+class RunOver(Exception):
+    """The faulted run finished its steps while kills were still waiting for their turn."""
+
+
 @dataclass
 class Kill:
     target: str
@@ -89,6 +93,8 @@ class Kill:
     moment: str = "step"
     reached: bool = True
     """False when ``moment`` did not come within the timeout and the kill went ahead anyway."""
+    done: bool = False
+    """False when the run ended before this kill's turn came (its moments came late)."""
     at_step: int = 0
     pid: int = 0
     back_after_s: float | None = None
@@ -122,6 +128,8 @@ class Chaos:
             if now >= step:
                 return now
             time.sleep(1)
+        if self.done.is_set():
+            raise RunOver
         raise TimeoutError(f"the trainer did not reach step {step}")
 
     def run(self) -> None:
@@ -136,10 +144,13 @@ class Chaos:
                 started = time.monotonic()
                 log.warning("killed %s (pid %d) after step %d, %s%s", kill.target, kill.pid, kill.at_step, kill.moment,
                             "" if kill.reached else " (not reached: killed anyway)")
+                kill.done = True
                 self.wait_back(service, before)
                 kill.back_after_s = round(time.monotonic() - started, 1)
                 log.warning("%s back after %.0fs", kill.target, kill.back_after_s)
                 self.wait_step(self.trainer_step() + 1)
+        except RunOver:  # the kills left are counted as not done
+            log.warning("the run ended with %d kill(s) not done", sum(not k.done for k in self.kills))
         except Exception as exc:  # reported with the run, which goes on unfaulted
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("chaos stopped: %s", self.error)
@@ -284,13 +295,14 @@ def config_steps(config: RunConfig) -> int:
 def table(runs: dict[str, dict]) -> str:
     names = list(runs)
     rows = [("steps done / asked", lambda r: f"{r['steps_done']} / {r['steps']}"),
-            ("kills", lambda r: len(r["kills"]) or "none"),
-            ("kills at their moment (of those asked)", lambda r: ", ".join(
-                f"{m} {sum(k['reached'] for k in r['kills'] if k.get('moment', 'step') == m)}/{sum(k.get('moment', 'step') == m for k in r['kills'])}"
+            ("kills done / planned", lambda r: f"{sum(k.get('done', True) for k in r['kills'])} / {len(r['kills'])}" if r["kills"] else "none"),
+            ("kills at their moment (of those done)", lambda r: ", ".join(
+                f"{m} {sum(k['reached'] for k in r['kills'] if k.get('moment', 'step') == m and k.get('done', True))}"
+                f"/{sum(k.get('moment', 'step') == m and k.get('done', True) for k in r['kills'])}"
                 for m in MOMENTS if any(k.get("moment", "step") == m for k in r["kills"])) or "none"),
             ("longest time until back", lambda r: ", ".join(
                 f"{t} {max(k['back_after_s'] or 0 for k in r['kills'] if k['target'] == t)} s"
-                for t in TARGETS if any(k["target"] == t for k in r["kills"])) or "none"),
+                for t in TARGETS if any(k["target"] == t and k.get("done", True) for k in r["kills"])) or "none"),
             ("restarts", lambda r: ", ".join(f"{n} {v['restarts']}" for n, v in r["restarts"].items()) or "none"),
             *[(f"finished trials: {fate}", lambda r, f=fate: str(r["ledger"]["trials"][f])) for fate in FATES],
             ("groups acknowledged by the batcher", lambda r: str(r["ledger"]["groups_acknowledged"])),
@@ -319,7 +331,7 @@ def plot(runs: dict[str, dict], out: Path) -> None:
         ax.plot(steps, run["rewards"], color=color, alpha=0.3, marker=".", linewidth=0.8)
         window = [mean(run["rewards"][max(0, i - 3):i + 1]) for i in range(len(run["rewards"]))]
         ax.plot(steps, window, color=color, linewidth=2, label=f"{name} (mean of 4 steps)")
-    for kill in runs.get("faulted", {}).get("kills", []):
+    for kill in [k for k in runs.get("faulted", {}).get("kills", []) if k.get("done", True)]:
         ax.axvline(kill["at_step"] + 0.5, color="#c44", alpha=0.35, linestyle="--")
         ax.annotate(f"{kill['target']} ({kill.get('moment', 'step')})", (kill["at_step"] + 0.5, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=8, color="#c44")
     ax.set_xlabel("trainer step")
@@ -338,7 +350,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the services too, as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=56, help="enough for 21 kills: a kill waits for its moment, its "
+                        "service's return and one more step; a backlog moment came 3 to 4 steps after its turn (2026-11-27)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--checkpoint-every", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
@@ -380,6 +393,7 @@ def main() -> int:
         print(args.plot)
     faulted = runs["faulted"]
     ok = (faulted["failure"] is None and faulted["chaos_error"] is None and faulted["steps_done"] == faulted["steps"]
+          and all(k["done"] for k in faulted["kills"])
           and faulted["ledger_ok"] and set(faulted["replica_weight_versions"]) == {faulted["trainer_weight_version"]})
     print(json.dumps({"ok": ok, **runs}))
     if args.json_out:
