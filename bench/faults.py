@@ -23,7 +23,7 @@ After each run it checks and prints: the run finished its steps; where each fini
 groups the batcher acknowledged and lost (0); the trainer's final weight version against every
 replica's; the restarts. The reward curves of both runs go to one plot (``--plot``).
 
-    python bench/faults.py [--steps 56] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
+    python bench/faults.py [--steps 64] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
 
 Needs models/agent-demo and data/agent-tasks (``make run-agent`` builds them). Loopback only;
 never beside another vLLM on this machine. Last line: one JSON object with every figure.
@@ -350,8 +350,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the services too, as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=56, help="enough for 21 kills: a kill waits for its moment, its "
-                        "service's return and one more step; a backlog moment came 3 to 4 steps after its turn (2026-11-27)")
+    parser.add_argument("--steps", type=int, default=64, help="enough for 21 kills: a kill waits for its moment, its "
+                        "service's return and one more step; at 56 steps the last of 21 did not come (2026-11-27)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--checkpoint-every", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
