@@ -20,10 +20,23 @@ def flag(args: list[str], name: str) -> str | None:
     return None
 
 
+def without_flag(args: list[str], name: str) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            out.append(arg)
+    return out
+
+
 def with_model_family(config: RunConfig, family: str) -> RunConfig:
-    """``rlstack up --model-family F``: every replica serves its model as family F."""
-    services = [s.model_copy(update={"args": [*s.args, "--model-family", family]}) if s.module == INFERENCE else s
-                for s in config.services]
+    """``rlstack up --model-family F``: every replica serves its model as family F (whatever its config said)."""
+    services = [s.model_copy(update={"args": [*without_flag(s.args, "--model-family"), "--model-family", family]})
+                if s.module == INFERENCE else s for s in config.services]
     return config.model_copy(update={"services": services})
 
 
