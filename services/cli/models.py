@@ -116,6 +116,21 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
 
 
 
+def add_task_flags(parser: argparse.ArgumentParser, tasks_out: Path | None, tasks_out_help: str) -> None:
+    """The generated Harbor tasks an agent demo trains on (``write_training_tasks``)."""
+    parser.add_argument("--tasks-out", type=Path, default=tasks_out, help=tasks_out_help)
+    parser.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
+    parser.add_argument("--task-seed", type=int, default=1)
+    parser.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES),
+                        help="task families to train on (the warm start covers all of make_tasks.FAMILIES)")
+
+
+def add_build_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model: the demo tokenizer and a Qwen2, or "
                                                   "a model family's real tokenizer and template on its architecture")
@@ -135,29 +150,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent = sub.add_parser("make-agent-demo", help="tiny model + a warm start on tool-call transcripts, and generated "
                                                    "Harbor tasks (what `make run-agent` trains)")
     agent.add_argument("--out", type=Path, default=Path("models/agent-demo"))
-    agent.add_argument("--tasks-out", type=Path, default=Path("data/agent-tasks"))
-    agent.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
-    agent.add_argument("--task-seed", type=int, default=1)
-    agent.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES),
-                       help="task families to train on (the warm start covers all of make_tasks.FAMILIES)")
+    add_task_flags(agent, Path("data/agent-tasks"), "training tasks' directory")
     agent.add_argument("--steps", type=int, default=60)
-    agent.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
-    agent.add_argument("--seed", type=int, default=0)
-    agent.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+    add_build_flags(agent)
     agent.set_defaults(func=cmd_make_agent_demo)
     ccd = sub.add_parser("make-cli-agent-demo", help="tiny model warm-started on a CLI agent's captured requests, and "
                                                       "generated tasks (what `make run-agent AGENT=claude-code|codex|opencode` trains)")
     ccd.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
     ccd.add_argument("--out", type=Path, default=None, help="default models/<agent>-demo")
-    ccd.add_argument("--tasks-out", type=Path, default=None, help="default data/<agent>-tasks")
+    add_task_flags(ccd, None, "default data/<agent>-tasks")
     ccd.add_argument("--capture-dir", type=Path, default=None,
                      help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
     ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
-    ccd.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
-    ccd.add_argument("--task-seed", type=int, default=1)
-    ccd.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES))
     ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex)")
-    ccd.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
-    ccd.add_argument("--seed", type=int, default=0)
-    ccd.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+    add_build_flags(ccd)
     ccd.set_defaults(func=cmd_make_cli_agent_demo)

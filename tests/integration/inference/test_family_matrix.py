@@ -85,15 +85,13 @@ def cells() -> list:
 def family_models(tmp_path_factory) -> dict[str, Path]:
     """Tiny models of each family, built once a session on first use."""
     root = tmp_path_factory.mktemp("families")
-    built: dict[str, Path] = {}
 
-    class Lazy(dict):
+    class Built(dict):
         def __missing__(self, family: str) -> Path:
-            built[family] = build_family_tiny_model(root / family, FAMILIES[family])
-            self[family] = built[family]
-            return built[family]
+            self[family] = build_family_tiny_model(root / family, FAMILIES[family])
+            return self[family]
 
-    return Lazy()
+    return Built()
 
 
 @dataclass
