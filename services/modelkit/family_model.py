@@ -69,12 +69,13 @@ def build_family_tiny_model(out: Path, family: ModelFamily, spec: FamilyTinySpec
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     turn_end = tokenizer.convert_tokens_to_ids(family.turn_end)
-    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": turn_end,
+    ends = [turn_end, *tokenizer.convert_tokens_to_ids(list(family.stop_tokens))]
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": ends if len(ends) > 1 else turn_end,
            "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else turn_end}
     torch.manual_seed(spec.seed)
     config = _config(family, len(tokenizer), spec, ids)
     model = getattr(transformers, family.tiny_architecture)(config)
-    model.generation_config = GenerationConfig(eos_token_id=turn_end, pad_token_id=ids["pad_token_id"],
+    model.generation_config = GenerationConfig(eos_token_id=ids["eos_token_id"], pad_token_id=ids["pad_token_id"],
                                                bos_token_id=tokenizer.bos_token_id)
     model.save_pretrained(out, safe_serialization=True)
     (out / MODEL_RECORD).write_text(json.dumps({"builder": BUILDER, "model_family": family.name, "tokenizer": family.source,

@@ -154,6 +154,9 @@ class Plan:
     splice: Splice | None = None
     segment: SegmentReason | None = None
     parent: Head | None = None
+    unclosed: Head | None = None
+    """With ``no_turn_end``: the head the call continues, whose reply the template renders with no
+    end-of-turn id after it (``splice_through`` places it from a rendering of the history through it)."""
 
 
 @dataclass
@@ -237,17 +240,32 @@ class ThreadTable:
         elif turn_end is None:
             turn_end = _only(self.turn_ends)
         if turn_end is None:
-            return Plan(prompt=list(rendered), segment="no_turn_end")
+            return Plan(prompt=list(rendered), segment="no_turn_end", unclosed=best)
         try:  # the first end-of-turn after the history is the reply's own (a role header holds none)
             end = rendered.index(turn_end, best.stable_len)
         except ValueError:
-            return Plan(prompt=list(rendered), segment="no_turn_end")
+            return Plan(prompt=list(rendered), segment="no_turn_end", unclosed=best)
+        return self._splice(best, rendered, end + 1, [] if best.turn_end is not None else [turn_end])
+
+    def splice_through(self, head: Head, rendered: Sequence[int], through: Sequence[int], turn_end: int | None = None) -> Plan:
+        """A continuation of ``head`` whose reply the template renders with no end of turn after it
+        (DeepSeek V3's leaves a lone tool call open; harmony closes a final answer with ``<|end|>``,
+        not the ``<|return|>`` generated): ``through`` is the history rendered up to and with the
+        reply, so the reply ends where it ends, when it is the start of ``rendered``. A renderer that
+        adds a generation prompt even when asked not to (vLLM's harmony) is cut at its last ``turn_end``."""
+        for length in (len(through), stable_cut(through, turn_end) if turn_end in through else None):
+            if length is not None and head.stable_len < length <= len(rendered) and list(rendered[:length]) == list(through[:length]):
+                return self._splice(head, rendered, length, [])
+        return Plan(prompt=list(rendered), segment="no_turn_end")
+
+    def _splice(self, best: Head, rendered: Sequence[int], reply_end: int, closing: list[int]) -> Plan:
+        """The head's exact ids + ``closing`` (the end of turn a cut reply lacks) + what the template
+        renders after the reply (``rendered[reply_end:]``)."""
         exact = best.tokens.tolist()
-        closing = [] if best.turn_end is not None else [turn_end]
-        tail = list(rendered[end + 1:])
+        tail = list(rendered[reply_end:])
         # the head's generation prompt as sent, and the reply: what the history now renders in their place
         generated = exact[best.prompt_len - (best.rendered_len - best.stable_len):]
-        rerendered = list(rendered[best.stable_len:end + 1])
+        rerendered = list(rendered[best.stable_len:reply_end])
         splice = Splice(best.request_id, len(exact), len(closing) + len(tail),
                         rerendered_exact=rerendered == generated + closing)
         return Plan(prompt=exact + closing + tail, splice=splice, parent=best)

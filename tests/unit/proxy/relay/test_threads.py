@@ -75,6 +75,9 @@ def test_a_reply_cut_at_max_tokens_that_vllm_calls_tool_calls_is_still_a_cut_rep
     assert not ended_on_turn_end(cut, EOT) and ended_on_turn_end(ended, EOT)
     assert ended_on_turn_end(cut, None)  # no probed turn end: finish_reason is all there is
     assert not ended_on_turn_end({"choices": [{"finish_reason": "length", "token_ids": [900]}]}, EOT)
+    # stopped by one of the model's stop ids (gpt-oss: <|call|>), not the template's turn end: ended there
+    assert ended_on_turn_end({"choices": [{"finish_reason": "stop", "stop_reason": 902, "token_ids": [900, 902]}]}, EOT)
+    assert not ended_on_turn_end({"choices": [{"finish_reason": "stop", "stop_reason": "</x>", "token_ids": [900, 902]}]}, EOT)
 
     table = ThreadTable()
     plan = table.plan("t", SYSTEM)
