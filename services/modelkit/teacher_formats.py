@@ -10,17 +10,18 @@ developer message) and DeepSeek V3 (``<｜User｜>``/``<｜Assistant｜>`` marke
 DeepSeek V3's shipped template renders no tool list, so a model served with it never sees which
 tools the agent offers, and renders an earlier tool call only when the message's content is None,
 which vLLM never passes it: a DeepSeek model served with it sees its tool results but not its
-calls. The teacher takes the tools it knows (each agent's shell tool and claude-code's ``Agent``)
-that the system prompt names (none: the built-in agent's ``bash``), and counts the calls made by
-their results.
+calls. The teacher takes the tools the prompt still tells of (``DeepSeekV3.tools_told``) and counts the
+calls made by their results.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, Protocol
 
+from rlstack.episodes.agents import SUB_AGENT
 from rlstack.modelkit.teacher import SHELL_TOOLS, SUB_AGENT_TOOL, Conversation
 
 REASONING = "The task needs a shell command; I run it, then look at what it printed."
@@ -113,6 +114,8 @@ class Harmony:
 
 BUILTIN_SHELL = "bash"
 """The built-in agent's shell tool, which its system prompt does not name."""
+CLAUDE_CODE_SYSTEM, CLAUDE_CODE_SHELL = "Claude Agent SDK", "Bash"
+"""claude-code's system prompt (``--bare``) names its SDK, not its shell tool."""
 
 
 class DeepSeekV3:
@@ -127,10 +130,20 @@ class DeepSeekV3:
         for block in rest.split(self.USER):
             user, _, after = block.partition(self.ASSISTANT)
             turns += [("user", user), ("assistant", self.MARKER.sub("\n", after))]
-        offered = {name for name in (*SHELL_TOOLS, SUB_AGENT_TOOL) if re.search(rf"\b{name}\b", system)} or {BUILTIN_SHELL}
-        # the calls themselves are gone from the history (vLLM renders their content "", and the template
-        # writes calls only for None), their results are not: one result per call made
-        return _conversation(turns, offered, prompt.count(self.OUTPUT))
+        seen = _conversation(turns, set(), prompt.count(self.OUTPUT))
+        return replace(seen, offered=self.tools_told(system, seen.users))
+
+    @staticmethod
+    def tools_told(system: str, users: str) -> set[str]:
+        """The tools a prompt with no tool list still tells of: a shell tool the system prompt names
+        (claude-code's names only its SDK: ``Bash``; the built-in agent's names none: ``bash``), and
+        claude-code's ``Agent`` where the user turn lists the sub-agents it can start."""
+        told = {name for name in SHELL_TOOLS if re.search(rf"\b{name}\b", system)}
+        if not told:
+            told = {CLAUDE_CODE_SHELL if CLAUDE_CODE_SYSTEM in system else BUILTIN_SHELL}
+        if f"- {SUB_AGENT}: " in users:
+            told.add(SUB_AGENT_TOOL)
+        return told
 
     def answer(self, tokenizer: Any, message: dict[str, Any], prompt: str) -> list[int]:
         calls = message.get("tool_calls") or []

@@ -30,14 +30,14 @@ class ReplicaHandle:
 
 def start_replica(registry_url: str, model: Path, log_dir: Path, replica_id: str, dp_rank: int = 0,
                   served_model_name: str = "policy", extra_args: list[str] | None = None,
-                  env: dict[str, str] | None = None) -> ReplicaHandle:
+                  env: dict[str, str] | None = None, max_model_len: int = 32768) -> ReplicaHandle:
     if not VLLM_PYTHON.exists():
         pytest.fail("no .venv-vllm: run `make setup-vllm`")
     vllm_port = free_port()
     sidecar = start_service(
         "inference",
         ["--model", str(model), "--vllm-port", str(vllm_port), "--registry-url", registry_url, "--replica-id", replica_id,
-         "--dp-rank", str(dp_rank), "--served-model-name", served_model_name, "--heartbeat-seconds", "1", "--kv-cache-gib", "1", "--max-model-len", "32768",
+         "--dp-rank", str(dp_rank), "--served-model-name", served_model_name, "--heartbeat-seconds", "1", "--kv-cache-gib", "1", "--max-model-len", str(max_model_len),
          *(extra_args or [])],
         log_dir, python=VLLM_PYTHON, ready_timeout=300, env=env,
     )

@@ -36,6 +36,7 @@ from rlstack.modelkit.family_model import build_family_tiny_model
 from rlstack.modelkit.teacher_forcing import REASONING, TASKS_ENV, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.integration.inference.conftest import start_replica
+from tests.integration.inference.test_family_single_turn import BOS, SINGLE_TURN_CELL
 from tests.integration.inference.test_scaffold_matrix import (
     CELLS,
     FORCED_CELLS,
@@ -192,8 +193,24 @@ DOCS = REPO / "docs" / "agent-trials.md"
 BEGIN, END = "<!-- family-matrix: make matrix writes this table -->", "<!-- /family-matrix -->"
 
 
+def single_turn_table(records: list[dict]) -> str:
+    by_family = {r["family"]: r for r in records if r["agent"] == SINGLE_TURN_CELL}
+    rows = ["| family | template | cell | calls | samples in the batch, each the ids vLLM sampled | prompts = the template's own render | BOS |",
+            "|---|---|---|---|---|---|---|"]
+    for family in BOS:
+        r = by_family.get(family)
+        rows.append(f"| {family} | {FAMILIES[family].source} | {SINGLE_TURN_CELL} | " + (
+            f"{r['calls']} | {r['samples']} | every one | {'`' + r['bos'] + '` once' if r['bos'] != 'none' else 'none'} |"
+            if r else "not measured | | | |"))
+    return "\n".join(rows)
+
+
 def family_table(records: list[dict]) -> str:
-    """The agent x family table, a row per cell, in ``cells()`` order."""
+    """The agent x family table, a row per cell, in ``cells()`` order; then the single-turn families."""
+    return multi_turn_table(records) + "\n\nFamilies whose shipped template has no tool format:\n\n" + single_turn_table(records)
+
+
+def multi_turn_table(records: list[dict]) -> str:
     by_cell = {(r["family"], r["agent"]): r for r in records}
     rows = ["| family | template | agent | calls | calls that thought | continued calls spliced | thread breaks | drift (history re-rendered != ids generated) | segments |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -217,7 +234,8 @@ def test_the_docs_table_is_every_cell_as_make_matrix_measured_it():
     """Every cell (the diagonal and the rest) has figures from the last ``make matrix``, and the docs
     show exactly them: a new cell or a changed one needs ``make matrix`` again."""
     records = read_results()
-    assert {(r["family"], r["agent"]) for r in records} == {(p.values[0].id, p.values[1].agent) for p in cells()}, \
+    assert {(r["family"], r["agent"]) for r in records} == {(p.values[0].id, p.values[1].agent) for p in cells()} | \
+        {(family, SINGLE_TURN_CELL) for family in BOS}, \
         "docs/data/family-matrix.jsonl: run `make matrix`"
     text = DOCS.read_text()
     assert text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip() == family_table(records), "run `make matrix`"

@@ -10,6 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlstack.common.model_families import FAMILIES
+from rlstack.episodes.agents import SUB_AGENT
 from rlstack.episodes.harbor.make_tasks import generate
 from rlstack.modelkit.teacher import Teacher, reference_commands
 from rlstack.modelkit.teacher_forcing import answer_ids
@@ -83,6 +84,13 @@ def test_deepseek_v3_the_teacher_counts_calls_by_their_results_and_answers_as_vl
                      {"role": "tool", "tool_call_id": f"c{made}", "content": "12"}]
 
 
-def test_deepseek_v3_a_system_prompt_naming_no_known_tool_is_the_builtin_agents():
-    prompt = "<｜begin▁of▁sentence｜>You are an agent in a Linux sandbox.<｜User｜>Do it.<｜Assistant｜>"
-    assert FORMATS["deepseek-v3"].read(prompt).offered == {"bash"}
+@pytest.mark.parametrize(("system", "user", "told"), [
+    ("You are an agent in a Linux sandbox.", "Do it.", {"bash"}),  # the built-in agent's prompt names no tool
+    ("You are a Claude agent, built on Anthropic's Claude Agent SDK.", "Do it.", {"Bash"}),  # claude-code --bare
+    ("You are a Claude agent, built on Anthropic's Claude Agent SDK.", f"Agents:\n- {SUB_AGENT}: does sub-tasks\nDo it.",
+     {"Bash", "Agent"}),  # claude-code listing its sub-agents
+    ("Use exec_command to run commands.", "Do it.", {"exec_command"}),
+], ids=["builtin", "claude-code", "claude-code-sub-agents", "named"])
+def test_deepseek_v3_the_tools_a_prompt_with_no_tool_list_still_tells_of(system, user, told):
+    prompt = f"<｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>"
+    assert FORMATS["deepseek-v3"].read(prompt).offered == told

