@@ -104,13 +104,15 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
     scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=<agent>` trains."""
     from rlstack.modelkit import cli_agent_demo as demo
 
-    args.out = args.out or Path(f"models/{args.agent}-demo")
+    family = args.model_family or "demo"
+    args.out = args.out or Path(f"models/{args.agent}-demo" + ("" if family == "demo" else f"-{family}"))
     args.tasks_out = args.tasks_out or Path(f"data/{args.agent}-tasks")
-    capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")
+    capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")  # the teacher's calls: no tokenizer in them
     steps = args.steps if args.steps is not None else demo.DEFAULT_STEPS[args.agent]
-    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed)
+    spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed,
+                                 model_family=family, max_position_embeddings=args.max_position_embeddings)
     write_training_tasks(args)
-    return built_once(args.out, f"{args.agent} demo model", args.force, demo.is_built(args.out),
+    return built_once(args.out, f"{args.agent} demo model ({family})", args.force, demo.is_built(args.out, family),
                       lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
 
 
@@ -178,5 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
     ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
     ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex)")
+    ccd.add_argument("--max-position-embeddings", type=int, default=4096,
+                     help="the policy's context (a family's template prints the tools' full JSON schemas: give it more)")
+    add_model_family(ccd, help="warm-start a tiny model of this family, on its real tokenizer and template "
+                               "(default: the demo tokenizer trained here; out: models/<agent>-demo-<family>)")
     add_build_flags(ccd)
     ccd.set_defaults(func=cmd_make_cli_agent_demo)

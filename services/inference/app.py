@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Gauge
 
 from rlstack.common.contracts.registry import EndpointRegistration
+from rlstack.common.model_families import resolve_family
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
@@ -54,10 +55,12 @@ class Replica:
         self.failed: str | None = None
         self.instance_id = uuid.uuid4().hex
         """New with every start: the registry ends a quarantine when the replica restarts."""
+        self.model_family = resolve_family(settings.model, settings.model_family).name
+        """Registered as a label, so ``rlstack doctor`` names each replica's family."""
 
     def registration(self) -> EndpointRegistration:
         s = self.settings
-        labels = {"device": s.device, **({"adapter": self.adapter} if self.adapter else {})}
+        labels = {"device": s.device, "model_family": self.model_family, **({"adapter": self.adapter} if self.adapter else {})}
         if self.vllm.max_model_len:
             labels["max_model_len"] = str(self.vllm.max_model_len)
         return EndpointRegistration(

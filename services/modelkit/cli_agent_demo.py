@@ -5,7 +5,8 @@ generated tasks.
 1. capture (``agent_capture.py``): the agent, the proxy and the teacher on generated
    tasks of a seed disjoint from the training tasks; skipped when the capture exists;
 2. the tokenizer is trained on the usual corpus plus the rendered conversations, so claude-code's
-   system prompt and tool schemas take few tokens;
+   system prompt and tool schemas take few tokens; or, for a model family (``--model-family``),
+   the family's own tokenizer and template on a tiny model of its architecture;
 3. supervised warm start on the conversations, each call rendered as vLLM renders it
    (``agent_corpus.py``): prompts masked, the teacher's turns trained.
 """
@@ -73,9 +74,18 @@ class CliAgentDemoSpec(BaseModel):
     """A bound for a stuck machine only: 70 steps take ~30 s on two quiet cores, ~10 min on two cores shared
     by six engineers (measured); a warm start cut short by time is a different, weaker policy."""
     seed: int = 0
+    model_family: str = "demo"
+    """``demo``: the tokenizer is trained here and the template is the compact one (``TEMPLATE``);
+    another family: its real tokenizer and template on a tiny model of its architecture
+    (``family_model``), whose prompts carry claude-code's full JSON tool schemas."""
 
 
-def is_built(out: Path) -> bool:
+def is_built(out: Path, model_family: str = "demo") -> bool:
+    if model_family != "demo":
+        from rlstack.common.model_families import get_family
+        from rlstack.modelkit.family_model import is_built as family_built
+
+        return family_built(out, get_family(model_family)) and (out / RECORD).exists()
     from rlstack.modelkit.tiny import is_current
 
     return is_current(out, TEMPLATE) and (out / RECORD).exists()
@@ -103,9 +113,16 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
             raise RuntimeError(f"{capture_dir}: no complete {agent} conversation was captured")
         threads += captured
     last = [t[-1] for t in threads]
-    build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
-                     extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE,
-                     prose_bytes=spec.tokenizer_prose_bytes)
+    if spec.model_family == "demo":
+        build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
+                         extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE,
+                         prose_bytes=spec.tokenizer_prose_bytes)
+    else:
+        from rlstack.common.model_families import get_family
+        from rlstack.modelkit.family_model import FamilyTinySpec, build_family_tiny_model
+
+        build_family_tiny_model(out, get_family(spec.model_family),
+                                FamilyTinySpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed))
 
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)

@@ -25,7 +25,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import Status
 from rlstack.common.contracts.progress import ProgressReport
-from rlstack.common.contracts.registry import EndpointList
+from rlstack.common.contracts.registry import Endpoint, EndpointList
 from rlstack.common.names import SERVED_MODEL_NAME
 from rlstack.common.registry_client import RegistryClient
 from rlstack.ops.checks import Check
@@ -134,14 +134,25 @@ def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
         ours = asyncio.run(_registered(c)).endpoints
     except httpx.HTTPError as exc:
         return Check("replicas registered", False, type(exc).__name__, explain(exc, "registry"))
+    return judge_replicas(ours)
+
+
+def judge_replicas(ours: list[Endpoint]) -> Check:
+    """The replicas of our served name: registered, ready, one model family, one weight version."""
     ready = [e for e in ours if e.ready]
-    detail = ", ".join(f"{e.id} v{e.weight_version}{'' if e.ready else ' (not ready)'}" for e in ours) or "none"
+    detail = ", ".join(f"{e.id} v{e.weight_version} {e.labels.get('model_family', 'family ?')}{'' if e.ready else ' (not ready)'}"
+                       for e in ours) or "none"
     if not ours:
         return Check("replicas registered", False, detail,
                      "no replica registered: replicas still loading (sidecar /readyz), or they cannot reach the registry URL")
     if not ready:
         return Check("replicas registered", False, detail,
                      "registered but not ready: the registry cannot reach vLLM's URL or /v1/models lacks the model (advertise URL? NetworkPolicy?)")
+    families = {e.labels["model_family"] for e in ready if "model_family" in e.labels}
+    if len(families) > 1:
+        return Check("replicas registered", False, detail,
+                     f"replicas of one served name hold different model families {sorted(families)}: their tokens do not mix; "
+                     "serve one model per name (docs/model-families.md)")
     versions = {e.weight_version for e in ready}
     note = "" if len(versions) == 1 else f"; replicas disagree on the weight version {sorted(versions)} (a sync in progress, or one failed)"
     return Check("replicas registered", True, f"{len(ready)}/{len(ours)} ready: {detail}{note}")
