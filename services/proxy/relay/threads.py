@@ -249,8 +249,8 @@ class ThreadTable:
 
     def splice_through(self, head: Head, rendered: Sequence[int], through: Sequence[int], turn_end: int | None = None) -> Plan:
         """A continuation of ``head`` whose reply the template renders with no end of turn after it
-        (DeepSeek V3's leaves a lone tool call open; harmony closes a final answer with ``<|end|>``,
-        not the ``<|return|>`` generated): ``through`` is the history rendered up to and with the
+        (harmony closes a final answer with ``<|end|>``, not the ``<|return|>`` generated; DeepSeek
+        V3's template leaves a tool call open where it is handed content None): ``through`` is the history rendered up to and with the
         reply, so the reply ends where it ends, when it is the start of ``rendered``. A renderer that
         adds a generation prompt even when asked not to (vLLM's harmony) is cut at its last ``turn_end``."""
         for length in (len(through), stable_cut(through, turn_end) if turn_end in through else None):

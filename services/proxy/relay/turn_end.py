@@ -32,18 +32,19 @@ def ended_on_turn_end(answer: dict[str, Any], turn_end: int | None) -> bool:
 def choice_ended_on_turn_end(choice: dict[str, Any], turn_end: int | None) -> bool:
     """``ended_on_turn_end`` for one choice. A reply stopped by one of the model's stop ids (vLLM's
     ``stop_reason`` is then that id: gpt-oss closes a tool call with ``<|call|>``, a turn the
-    template renders closed by ``<|end|>``) ended its turn on that id."""
-    stop = choice.get("stop_reason")
-    if choice.get("finish_reason") not in ("stop", "tool_calls") or isinstance(stop, str):
+    template renders closed by ``<|end|>``) ended its turn on that id; one that finished ``stop``
+    with no ``stop_reason`` ended on the model's end of sequence (gpt-oss: ``<|return|>``)."""
+    stop, reason = choice.get("stop_reason"), choice.get("finish_reason")
+    if reason not in ("stop", "tool_calls") or isinstance(stop, str):
         return False
     ids = choice.get("token_ids") or []
     if isinstance(stop, int):
         return not ids or ids[-1] == stop
     if stop is not None:
         return False
-    if turn_end is None:
+    if turn_end is None or reason == "stop":
         return True
-    return not ids or ids[-1] == turn_end  # no ids to look at: trust finish_reason
+    return not ids or ids[-1] == turn_end  # "tool_calls" hides a cut reply: the last id tells
 
 
 def without_turn_end(generated: dict[str, Any], turn_end: int | None) -> dict[str, Any]:

@@ -78,6 +78,8 @@ def test_a_reply_cut_at_max_tokens_that_vllm_calls_tool_calls_is_still_a_cut_rep
     # stopped by one of the model's stop ids (gpt-oss: <|call|>), not the template's turn end: ended there
     assert ended_on_turn_end({"choices": [{"finish_reason": "stop", "stop_reason": 902, "token_ids": [900, 902]}]}, EOT)
     assert not ended_on_turn_end({"choices": [{"finish_reason": "stop", "stop_reason": "</x>", "token_ids": [900, 902]}]}, EOT)
+    # finished "stop" with no stop_reason: the model's end of sequence, whichever id it is (gpt-oss: <|return|>)
+    assert ended_on_turn_end({"choices": [{"finish_reason": "stop", "stop_reason": None, "token_ids": [900, 903]}]}, EOT)
 
     table = ThreadTable()
     plan = table.plan("t", SYSTEM)
