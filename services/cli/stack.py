@@ -33,11 +33,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.common.model_families import ModelFamilyError
     from rlstack.launcher.config import RunConfig
     from rlstack.launcher.health import print_health, smoke_check
-    from rlstack.launcher.preflight import check_replicas, with_model_family
+    from rlstack.launcher.preflight import check_replicas, with_model, with_model_family
     from rlstack.launcher.progress import wait_for
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = RunConfig.load(args.config)
+    if args.model:
+        config = with_model(config, str(args.model))
     if args.model_family:
         config = with_model_family(config, args.model_family)
     try:
@@ -107,6 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start the services of a run config as local processes")
     up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
     up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
+    up.add_argument("--model", type=Path, default=None,
+                    help="the model every service that names one (the replicas, the trainer) takes instead of the config's")
     add_model_family(up, help="serve every replica's model as this family (unset: read from each model directory)")
     up.set_defaults(func=cmd_up)
     ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "

@@ -40,6 +40,14 @@ def with_model_family(config: RunConfig, family: str) -> RunConfig:
     return config.model_copy(update={"services": services})
 
 
+def with_model(config: RunConfig, model: str) -> RunConfig:
+    """``rlstack up --model DIR``: the replicas serve, and the trainer trains, ``DIR`` instead of the
+    model the config names (a demo policy built on another family's tokenizer, say)."""
+    services = [s.model_copy(update={"args": [*without_flag(s.args, "--model"), "--model", model]})
+                if flag(s.args, "--model") is not None else s for s in config.services]
+    return config.model_copy(update={"services": services})
+
+
 def check_replicas(config: RunConfig) -> dict[str, ModelFamily]:
     """Each replica's family, by service name; raises ``ModelFamilyError`` (one line, with the fix)."""
     families = {}

@@ -1,1 +1,3 @@
-"""Model tooling: the tiny demo model and its tokenizer, built on the spot (nothing downloaded)."""
+"""Model tooling: the demo policies (tokenizer and tiny model built on the spot), tiny policies of
+real model families and SmolLM2's real weights (from what ``make setup-families`` installed), the
+scripted teacher and its warm starts. Nothing is downloaded at run time."""
