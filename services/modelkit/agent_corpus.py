@@ -64,9 +64,13 @@ def conversations(exchanges: list[dict[str, Any]]) -> list[list[dict[str, Any]]]
 
 
 def as_vllm_renders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tool-call arguments as objects, as vLLM hands them to the template."""
+    """Tool-call arguments as objects, and content parts as one text joined by newlines (no content:
+    ""), as vLLM hands them to a template that reads content as a string (Qwen3's; the demo's reads
+    both alike)."""
     out = []
     for message in messages:
+        if isinstance(message.get("content"), list) or message.get("content") is None:
+            message = {**message, "content": message_text(message)}  # None: "" (vLLM's too)
         if message.get("tool_calls"):
             calls = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"].get("arguments"))}}
                      for c in message["tool_calls"]]
