@@ -117,3 +117,20 @@ def test_an_instruction_that_starts_another_does_not_take_its_task():
     teacher = Teacher([short, long])
     assert teacher.find_task(long.instruction) is long
     assert teacher.find_task(short.instruction) is short
+
+
+def test_the_real_capture_encodes_on_qwen3s_template_as_vllm_renders_it():
+    """claude-code's calls carry content parts and tool calls with no content; Qwen3's template reads
+    content as a string, which vLLM hands it joined by newlines ("" for none). Each row's prompt ids
+    are Qwen3's render of the call, and the trained ids are the teacher's turn, think block first."""
+    from rlstack.common.model_families import FAMILIES
+
+    qwen3 = AutoTokenizer.from_pretrained(FAMILIES["qwen3"].tokenizer_dir())
+    thread = conversations(load_exchanges(CAPTURE))[0]
+    assert any(isinstance(m.get("content"), list) for m in thread[0]["request"]["messages"])
+    rows, _ = encode(qwen3, thread)
+    trained = qwen3.decode([t for ids, labels in rows for t, label in zip(ids, labels, strict=True) if label != MASKED],
+                           skip_special_tokens=False)
+    assert trained.count("<tool_call>") == sum(bool(e["response"].get("tool_calls")) for e in thread)
+    assert trained.count("<think>\n\n</think>\n\n") == len(thread) and trained.count("<|im_end|>") == len(thread)
+    assert '"name": "Bash"' in trained
