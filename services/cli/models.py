@@ -108,7 +108,7 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
     args.out = args.out or Path(f"models/{args.agent}-demo" + ("" if family == "demo" else f"-{family}"))
     args.tasks_out = args.tasks_out or Path(f"data/{args.agent}-tasks")
     capture_dir = args.capture_dir or Path(f"data/{args.agent}-capture")  # the teacher's calls: no tokenizer in them
-    steps = args.steps if args.steps is not None else demo.DEFAULT_STEPS[args.agent]
+    steps = args.steps if args.steps is not None else demo.DEFAULT_STEPS[args.agent] if family == "demo" else demo.FAMILY_STEPS
     spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed,
                                  model_family=family, max_position_embeddings=args.max_position_embeddings)
     write_training_tasks(args)
@@ -179,7 +179,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ccd.add_argument("--capture-dir", type=Path, default=None,
                      help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
     ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
-    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex)")
+    ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex; 400 with --model-family)")
     ccd.add_argument("--max-position-embeddings", type=int, default=4096,
                      help="the policy's context (a family's template prints the tools' full JSON schemas: give it more)")
     add_model_family(ccd, help="warm-start a tiny model of this family, on its real tokenizer and template "

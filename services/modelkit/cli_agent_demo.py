@@ -42,6 +42,10 @@ RECORD = "rlstack-claude-code-warm-start.json"
 """Its name from when claude-code was the only CLI agent: kept, so built demo models stay built."""
 
 
+FAMILY_STEPS = 400
+"""Warm-start steps for a tiny policy on a model family's tokenizer (``--model-family``): with
+Qwen3's 151,936 ids, claude-code's policy wrote garbled calls after 70 steps (loss 0.78) and
+solved a sum-numbers task with its own two calls after 400 (loss 0.03; docs/model-families.md)."""
 DEFAULT_STEPS = {"claude-code": 70, "codex": 120, "opencode": 70}
 """Warm-start steps that leave a policy sometimes right on new tasks, where GRPO has signal.
 codex needs more: its tool output starts with a random chunk id and a wall time, and after 70
