@@ -69,8 +69,10 @@ def as_vllm_renders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     both alike)."""
     out = []
     for message in messages:
-        if isinstance(message.get("content"), list) or message.get("content") is None:
-            message = {**message, "content": message_text(message)}  # None: "" (vLLM's too)
+        content = message.get("content")
+        if isinstance(content, list) or content is None:  # None: "" (vLLM's too)
+            texts = [str(p.get("text", "")) for p in content or [] if isinstance(p, dict) and p.get("type") == "text"]
+            message = {**message, "content": "\n".join(texts)}
         if message.get("tool_calls"):
             calls = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"].get("arguments"))}}
                      for c in message["tool_calls"]]
