@@ -77,7 +77,8 @@ def test_a_family_without_a_tool_format_trains_single_turn_on_its_templates_exac
 
         tokenizer = AutoTokenizer.from_pretrained(model)
         logged = {}
-        for record in read_trajectory(tmp_path / "trials" / "single" / "arithmetic-0"):
+        records = read_trajectory(tmp_path / "trials" / "single" / "arithmetic-0")
+        for record in records:
             rendered = tokenizer.apply_chat_template(record.request["messages"], add_generation_prompt=True, tokenize=True, return_dict=False)
             assert record.prompt_token_ids == rendered  # the family's template, rendered once: nothing added, nothing lost
             prompt = tokenizer.decode(record.prompt_token_ids, skip_special_tokens=False)
@@ -91,7 +92,7 @@ def test_a_family_without_a_tool_format_trains_single_turn_on_its_templates_exac
                 assert tuple(tokens) in logged  # exactly the ids the proxy logged from vLLM
                 cut = logged[tuple(tokens)]
                 assert masks[:cut] == [-100] * cut and masks[cut:] == tokens[cut:]
-        record = {"family": family, "agent": SINGLE_TURN_CELL, "calls": len(read_trajectory(tmp_path / "trials" / "single" / "arithmetic-0")),
+        record = {"family": family, "agent": SINGLE_TURN_CELL, "calls": len(records),
                   "samples": sum(len(g["tokens"]) for g in batch), "bos": BOS[family] or "none"}
         print(json.dumps(record))
         if os.environ.get(RESULTS_ENV):  # make matrix: the docs table is made from these
