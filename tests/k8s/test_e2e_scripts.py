@@ -116,9 +116,15 @@ def test_images_install_dependencies_before_the_source_and_check_them(dockerfile
     deps = next(i for i, line in enumerate(lines) if "image_requirements.py /src/pyproject.toml" in line)
     assert deps < source  # a code change does not reinstall torch/transformers
     after = "\n".join(lines[source:])
-    assert "--no-deps" in after and "pip check" in after
+    assert "--no-deps" in after
     if dockerfile == "Dockerfile.vllm":  # vLLM's own pins stay: the image's versions constrain the install
         assert "--constraint /tmp/image-pins.txt" in "\n".join(lines[:source])
+        # Checked against the base's own `pip check` (saved before anything is installed), after each layer.
+        before = "\n".join(lines[:source])
+        assert before.index("pip_check_new.py --save") < before.index("pip install")
+        assert "pip_check_new.py /tmp/base-pip-check.txt" in before and "pip_check_new.py /tmp/base-pip-check.txt" in after
+    else:
+        assert "pip check" in after
 
 
 def test_image_requirements_are_pyprojects_and_the_build_context_leaves_the_venvs_out():
@@ -129,8 +135,32 @@ def test_image_requirements_are_pyprojects_and_the_build_context_leaves_the_venv
     assert "lightkube==1.0.1" in reqs and any(r.startswith("transformers") for r in reqs)
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     assert ignore[ignore.index("*")] == "*"  # everything out, then only what the Dockerfiles copy back in
-    copied = {line.split()[1].rstrip("/") for f in REPO.glob("Dockerfile.*") for line in f.read_text().splitlines()
-              if line.startswith("COPY ") and "--from" not in line}
+    copied = {src.rstrip("/") for f in REPO.glob("Dockerfile.*") for line in f.read_text().splitlines()
+              if line.startswith("COPY ") and "--from" not in line for src in line.split()[1:-1]}
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     assert copied <= allowed, copied - allowed
     assert not any(a.startswith((".venv", "models", "runs", "data")) for a in allowed)
+
+
+def test_the_vllm_images_pip_check_fails_only_on_problems_its_own_layers_add(tmp_path):
+    """Run in a real venv: a package the base ships broken passes, one broken after it fails the build."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+
+    def broken(name: str) -> None:  # installed metadata that requires a package nobody installed
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: absent-{name}\n")
+
+    script, baseline = str(REPO / "k8s" / "pip_check_new.py"), str(tmp_path / "base.txt")
+    broken("base-pkg")
+    subprocess.run([python, script, "--save", baseline], check=True)
+    assert "absent-base-pkg" in Path(baseline).read_text()
+    assert subprocess.run([python, script, baseline], capture_output=True).returncode == 0
+    broken("our-pkg")
+    added = subprocess.run([python, script, baseline], capture_output=True, text=True)
+    assert added.returncode == 1
+    assert "absent-our-pkg" in added.stderr and "absent-base-pkg" not in added.stderr
