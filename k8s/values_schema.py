@@ -165,7 +165,7 @@ def schema() -> J:
                 "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
                                "graceSeconds": NON_NEGATIVE}),
                 "pod": obj({"runtimeClassName": s(), "readOnlyRootFilesystem": BOOL,
-                            "ephemeralStorage": s(), "emptyDirSizeLimit": s()}),
+                            "ephemeralStorage": s(), "emptyDirSizeLimit": s(), "cpuRequest": QUANTITY}),
                 "namespace": obj({
                     "name": s("the sandboxes' own namespace (Pod Security restricted); empty: the release's",
                               pattern="^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"),

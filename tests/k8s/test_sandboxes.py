@@ -37,6 +37,19 @@ def test_pod_manifest_is_locked_down_labelled_and_owned():
     assert container["env"] == [{"name": "A", "value": "1"}]
 
 
+def test_a_set_cpu_request_books_less_than_the_tasks_cpus_and_keeps_them_as_the_limit():
+    """Found on a real 2-core node: one whole core booked per sandbox left trials' pods Pending."""
+    from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
+
+    spec = SandboxSpec(trial="t-1", image="agent:1", command=["true"], cpu="1", memory="512Mi")
+    default = SandboxManager(None, NS, "run-7").manifest(spec)["spec"]["containers"][0]["resources"]  # type: ignore[arg-type]
+    assert default["requests"] == default["limits"]  # Guaranteed, as before
+    small = SandboxManager(None, NS, "run-7", pod_security=SandboxPodSecurity(cpu_request="50m"))  # type: ignore[arg-type]
+    resources = small.manifest(spec)["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "50m", "memory": "512Mi", "ephemeral-storage": "4Gi"}
+    assert resources["limits"] == {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "4Gi"}
+
+
 def test_pod_names_are_valid_and_distinct_for_awkward_trials():
     m = SandboxManager(None, NS, "Run_7")  # type: ignore[arg-type]
     names = {m.pod_name(t) for t in ("T.1", "t-1", "t_1", "x" * 60)}

@@ -90,6 +90,10 @@ class SandboxPodSecurity(BaseSettings):
     """Limit (and request) of the node's disk one sandbox may use: logs, emptyDirs, writable layers."""
     empty_dir_size_limit: str | None = "2Gi"
     """``sizeLimit`` of every emptyDir without one (/app, /tmp)."""
+    cpu_request: str | None = None
+    """The CPU a sandbox asks the scheduler for; its limit stays the task's ``cpus``. Unset: the
+    task's ``cpus`` (Guaranteed). A small node (the chart's values-cpu.yaml: 2 cores) cannot
+    place one pod per concurrent trial at a whole core each, and mostly-idle agents do not need it."""
 
     def identity(self, spec_user: int) -> tuple[int, int]:
         own = os.getuid()
@@ -187,7 +191,8 @@ class SandboxManager:
         sized = {"cpu": spec.cpu, "memory": spec.memory}
         if self.pod_security.ephemeral_storage:
             sized["ephemeral-storage"] = self.pod_security.ephemeral_storage
-        return {"requests": dict(sized), "limits": dict(sized)}
+        requests = {**sized, "cpu": self.pod_security.cpu_request} if self.pod_security.cpu_request else dict(sized)
+        return {"requests": requests, "limits": dict(sized)}
 
     async def launch(self, spec: SandboxSpec) -> str:
         pod = Pod.from_dict(self.manifest(spec))

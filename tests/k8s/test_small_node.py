@@ -1,0 +1,83 @@
+"""What the first real node (one kubelet, 2 cores; docs/kubernetes.md#a-real-node) found in
+values-cpu.yaml: each test fails on the values that were installed there first."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.k8s.conftest import by_kind, render
+
+NODE_MILLICORES = 2000
+"""The node the CPU values are for: a laptop's kind cluster, or this machine's single kubelet."""
+
+
+def millicores(quantity: str | int | float) -> int:
+    text = str(quantity)
+    return int(text[:-1]) if text.endswith("m") else round(float(text) * 1000)
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    return next(float(quantity[: -len(u)]) * f for u, f in units.items() if quantity.endswith(u))
+
+
+def pod_cpu_request(spec: dict) -> int:
+    """What the scheduler books for a pod: its containers' sum, or its largest init container if more."""
+    def cpu(c: dict) -> int:
+        return millicores(c.get("resources", {}).get("requests", {}).get("cpu", 0))
+    return max([sum(cpu(c) for c in spec["containers"]), *(cpu(c) for c in spec.get("initContainers", []))])
+
+
+def booked(objects: list[dict]) -> tuple[int, int]:
+    """CPU booked at once by an install (every Deployment's pods, the Jobs, the hook Job, the
+    helm test pod), and the largest Deployment pod (a rolling upgrade's surge pod)."""
+    total, surge = 0, 0
+    for d in by_kind(objects, "Deployment"):
+        each = pod_cpu_request(d["spec"]["template"]["spec"])
+        total += each * d["spec"].get("replicas", 1)
+        surge = max(surge, each)
+    total += sum(pod_cpu_request(j["spec"]["template"]["spec"]) for j in by_kind(objects, "Job"))
+    total += sum(pod_cpu_request(p["spec"]) for p in by_kind(objects, "Pod"))
+    return total, surge
+
+
+def objects_of(*values: str) -> list[dict]:
+    extra = [a for v in values[1:] for a in ("-f", f"charts/rlstack/{v}")]
+    return [o for o in yaml.safe_load_all(render(values[0], *extra)) if o]
+
+
+def test_the_cpu_values_fit_one_two_core_node_with_a_rolling_upgrade_under_way():
+    """The default requests (a core each for the replica and the trainer) left the replica, the
+    batcher and the registry Pending, and then the pre-upgrade hook Job too, so no upgrade could fix it."""
+    total, surge = booked(objects_of("values-cpu.yaml"))
+    assert total + surge <= NODE_MILLICORES, f"{total}m booked + {surge}m surge on a {NODE_MILLICORES}m node"
+
+
+def test_the_cpu_agent_values_leave_room_for_every_concurrent_sandbox():
+    objects = objects_of("values-cpu.yaml", "values-agent.yaml")
+    total, surge = booked(objects)
+    env = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("env-agent"))
+    settings = {e["name"]: e.get("value") for e in env["spec"]["template"]["spec"]["containers"][0]["env"]}
+    sandboxes = int(settings["RLSTACK_ENV_MAX_CONCURRENT_TRIALS"]) * millicores(settings["RLSTACK_SANDBOX_POD_CPU_REQUEST"])
+    assert total + surge + sandboxes <= NODE_MILLICORES, f"{total}m + {surge}m surge + {sandboxes}m of sandboxes"
+
+
+def test_the_sandbox_cpu_request_the_chart_passes_is_the_one_the_sandbox_pods_get(monkeypatch):
+    from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
+
+    objects = objects_of("values-cpu.yaml", "values-agent.yaml")
+    env = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("env-agent"))
+    for e in env["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if e["name"].startswith("RLSTACK_SANDBOX_POD_"):
+            monkeypatch.setenv(e["name"], e["value"])
+    assert SandboxPodSecurity().cpu_request == "25m"
+
+
+def test_the_cpu_replica_has_the_dev_shm_vllm_needs():
+    """vLLM's shared-memory broadcast ring takes 160 MiB of /dev/shm; the container runtime's
+    default is 64 MiB, and the replica died at start-up ("Insufficient space in /dev/shm")."""
+    [replica] = [d for d in by_kind(objects_of("values-cpu.yaml"), "Deployment") if d["metadata"]["name"].endswith("inference")]
+    spec = replica["spec"]["template"]["spec"]
+    [mount] = [m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["emptyDir"]["medium"] == "Memory" and mebibytes(volume["emptyDir"]["sizeLimit"]) >= 160
