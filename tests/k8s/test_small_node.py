@@ -81,3 +81,14 @@ def test_the_cpu_replica_has_the_dev_shm_vllm_needs():
     [mount] = [m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
     [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
     assert volume["emptyDir"]["medium"] == "Memory" and mebibytes(volume["emptyDir"]["sizeLimit"]) >= 160
+
+
+def test_every_probe_waits_long_enough_for_a_busy_service(rendered):
+    """The kubelet's default 1 s: the proxy's /healthz took up to 1.8 s under a run's load on a
+    2-core node, and its liveness probe restarted it mid-run, dropping every group in flight."""
+    for kind in ("Deployment", "Job"):
+        for w in by_kind(rendered[1], kind):
+            for c in w["spec"]["template"]["spec"]["containers"]:
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    if probe in c:
+                        assert c[probe].get("timeoutSeconds", 1) >= 5, f"{w['metadata']['name']}: {probe}"

@@ -127,19 +127,24 @@ spec:
         periodSeconds: 5
         timeoutSeconds: 5
       {{- else if ne .probes false }}
+      {{- /* 5 s, not the kubelet's 1 s: on a busy node the proxy's /healthz took up to 1.8 s under a
+             run's load, and a 1 s liveness timeout restarted it mid-run (docs/kubernetes.md#a-real-node). */}}
       {{- with $spec.startupProbe }}
       startupProbe:
         httpGet: {path: /readyz, port: http}
         periodSeconds: {{ .periodSeconds }}
+        timeoutSeconds: 5
         failureThreshold: {{ .failureThreshold }}
       {{- end }}
       livenessProbe:
         httpGet: {path: /healthz, port: http}
         periodSeconds: 10
+        timeoutSeconds: 5
         failureThreshold: 6
       readinessProbe:
         httpGet: {path: /readyz, port: http}
         periodSeconds: 5
+        timeoutSeconds: 5
       {{- end }}
       resources:
         {{- $res := deepCopy (default dict $spec.resources) }}
