@@ -59,6 +59,7 @@ _group_list = TypeAdapter(list[ScoredData])
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")
 """An ``Idempotency-Key``: printable ASCII without spaces, as in the IETF draft's examples (UUIDs)."""
 NO_TRAINER = {"status": "error", "message": "Trainer not registered. Call /register first.", "batch": []}
+REJECT_REASONS = ("too_large", "queue_full", "schema", "invalid")
 
 
 class BatcherService:
@@ -66,7 +67,8 @@ class BatcherService:
         self.settings = settings
         self.state = BatcherState(max_staleness=settings.max_staleness)
         self.wal = wal
-        self.rejected: dict[str, int] = {}
+        self.rejected: dict[str, int] = dict.fromkeys(REJECT_REASONS, 0)
+        """Every reason from the start, so /metrics shows 0 rather than no series."""
         self._pending_keys: dict[str, asyncio.Task[int]] = {}
         """Keyed posts being written now: a retry racing its original waits for it."""
         self.leases = EnvLeases(settings.env_lease_seconds)
@@ -259,7 +261,7 @@ class BatcherService:
         return self.settings.vocab_size
 
     def _count_reject(self, reason: str) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.rejected[reason] += 1
 
     # ----- batches -----
 

@@ -11,6 +11,7 @@ from rlstack.common.metrics import LATENCY_BUCKETS
 
 TRIAL_WINDOW_SECONDS = 600.0
 PRUNE_EVERY_SECONDS = 10.0
+TOKEN_IN_OUTCOMES = ("spliced", "repaired", "edited", "unspliced")
 
 
 class ProxyMetrics:
@@ -32,6 +33,8 @@ class ProxyMetrics:
                                 "spliced (exact ids of the thread + rendered tail), repaired (spliced where re-rendering "
                                 "the history would have drifted), edited (the agent changed its history: new segment), "
                                 "unspliced (other)", ["outcome"], registry=registry)
+        for outcome in TOKEN_IN_OUTCOMES:  # a series at 0 from the start: a dashboard shows 0, not "No data"
+            self.token_in.labels(outcome)
         self.threads_adopted = Counter("rlstack_proxy_thread_heads_adopted", "Thread heads taken up from other proxy "
                                        "processes' records (their pod died, or another worker served the call before)",
                                        registry=registry)

@@ -23,14 +23,10 @@ SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
 
 def exported(text: str) -> set[str]:
-    """Sample names and declared (# TYPE) names; a labelled family with no samples yet still counts."""
-    names = set()
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            names.add(line.split()[2])
-        elif line and not line.startswith("#"):
-            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-    return names
+    """Sample names only: a labelled family declared (# TYPE) with no sample yet is no series to
+    Prometheus, and its panel shows "No data" instead of 0 (seen on a real cluster: the batcher's
+    rejections and the proxy's token-in outcomes until the first one happened)."""
+    return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def known(name: str, names: set[str]) -> bool:
