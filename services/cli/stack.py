@@ -96,10 +96,9 @@ def show_summary(run_dir: Path) -> None:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """Where every finished trial of a local agent run went (``rlstack.ops.ledger``); exit 1 if any was lost."""
-    from rlstack.ops.ledger import audit
+    from rlstack.ops.ledger import LedgerSources, audit
 
-    run = args.run_dir
-    ledger = audit(run / "trials", run / "env-journal", run / "batcher" / "batcher.wal", run / "metrics.jsonl")
+    ledger = audit(**LedgerSources.of(args.run_dir, args.run).model_dump())
     print(ledger.model_dump_json(indent=2))
     return 0 if ledger.ok else 1
 
@@ -115,5 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(func=cmd_up)
     ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
                                            "a reason, still queued, or lost (exit 1 if any was lost or trained twice)")
-    ledger.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    ledger.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"),
+                        help="a run directory of `rlstack up`, or with --run the chart's shared volume")
+    ledger.add_argument("--run", default=None, help="the run (release name, or <release>-<trainer.runId>) whose files on "
+                                                    "the chart's shared volume to audit; run_dir is then the volume's root")
     ledger.set_defaults(func=cmd_ledger)

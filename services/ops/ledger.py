@@ -120,6 +120,26 @@ def read_journals(journal_dir: Path) -> Journals:
     return found
 
 
+class LedgerSources(BaseModel):
+    """Where a run's trials, journals, batcher log and trainer metrics lie."""
+
+    trials_dir: Path
+    journal_dir: Path
+    batcher_wal: Path
+    trainer_metrics: Path
+    run: str = "*"
+
+    @classmethod
+    def of(cls, directory: Path, run: str | None = None) -> LedgerSources:
+        """A run directory of ``rlstack up`` (``run`` None), or the chart's shared volume, where each
+        service keeps a run's files under its own folder (batcher/<run>/, runs/<run>/, trials/<run>/)."""
+        if run is None:
+            return cls(trials_dir=directory / "trials", journal_dir=directory / "env-journal",
+                       batcher_wal=directory / "batcher" / "batcher.wal", trainer_metrics=directory / "metrics.jsonl")
+        return cls(trials_dir=directory / "trials", journal_dir=directory / "env-journal", run=run,
+                   batcher_wal=directory / "batcher" / run / "batcher.wal", trainer_metrics=directory / "runs" / run / "metrics.jsonl")
+
+
 def audit(trials_dir: Path, journal_dir: Path, batcher_wal: Path, trainer_metrics: Path, run: str = "*") -> Ledger:
     """``run``: the run id whose trials count (the proxy's trials directory may hold others')."""
     trials = {entry.trial: entry.group for entry in finished_on_disk(trials_dir, run)}
