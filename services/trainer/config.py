@@ -62,6 +62,9 @@ class TrainerSettings(PolicySettings):
     """Hugging Face model directory the replicas started from (the policy at version 0)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     batcher_token: SecretStr | None = None
+    batcher_outage_seconds: float = Field(default=600.0, gt=0)
+    """How long the batch poll waits out a batcher it cannot reach (restarting, rolled by an
+    upgrade: it replays its log and comes back) before the trainer gives up and exits."""
     registry_url: HttpUrl | None = None
     """Where the replicas to sync are found; required unless sync_mode is none."""
     replica_api_key: SecretStr | None = None

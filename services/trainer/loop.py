@@ -261,8 +261,26 @@ class TrainingLoop:
     # -- training ----------------------------------------------------------------------------
     async def _next_batch(self) -> tuple[list[dict], float]:
         start = looked = said = time.monotonic()
+        away_since: float | None = None
         while True:
-            batch = await self.batcher.batch(saved_step=self.saved_step)
+            try:
+                batch = await self.batcher.batch(saved_step=self.saved_step)
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                # A batcher restart (Recreate rollout, node loss) outlasts the client's retries;
+                # exiting here would reload the policy and lose the steps since the checkpoint.
+                now = time.monotonic()
+                away_since = away_since or now
+                if now - away_since > self.s.batcher_outage_seconds:
+                    raise
+                if now - said >= STARVED_LOG_SECONDS or away_since == now:
+                    said = now
+                    log.warning("batcher unreachable for %.0fs at step %d (%r): waiting up to %.0fs for it",
+                                now - away_since, self.step, exc, self.s.batcher_outage_seconds)
+                await asyncio.sleep(1.0)
+                continue
+            if away_since is not None:
+                log.info("batcher back after %.0fs", time.monotonic() - away_since)
+                away_since = None
             if batch:
                 waited = time.monotonic() - start
                 self.metrics.batch_wait_seconds.inc(waited)
