@@ -92,3 +92,13 @@ def test_every_probe_waits_long_enough_for_a_busy_service(rendered):
                 for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                     if probe in c:
                         assert c[probe].get("timeoutSeconds", 1) >= 5, f"{w['metadata']['name']}: {probe}"
+
+
+def test_liveness_waits_for_every_service_to_start(rendered):
+    """The proxy took over a minute to start on a busy node; liveness restarted it as it began to serve."""
+    for w in by_kind(rendered[1], "Deployment"):
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            if "livenessProbe" in c:
+                startup = c.get("startupProbe")
+                assert startup, f"{w['metadata']['name']}: liveness counts from the container's start"
+                assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, w["metadata"]["name"]

@@ -135,6 +135,14 @@ spec:
         periodSeconds: {{ .periodSeconds }}
         timeoutSeconds: 5
         failureThreshold: {{ .failureThreshold }}
+      {{- else }}
+      {{- /* Liveness only once the process serves: on a busy node the proxy took over a minute to
+             import LiteLLM and start, and liveness (6 x 10 s) restarted it just as it began to serve. */}}
+      startupProbe:
+        httpGet: {path: /healthz, port: http}
+        periodSeconds: 5
+        timeoutSeconds: 5
+        failureThreshold: 60
       {{- end }}
       livenessProbe:
         httpGet: {path: /healthz, port: http}
