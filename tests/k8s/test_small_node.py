@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.k8s.conftest import by_kind, render
+from tests.k8s.conftest import CHART, by_kind, render
 
 NODE_MILLICORES = 2000
 """The node the CPU values are for: a laptop's kind cluster, or this machine's single kubelet."""
@@ -42,7 +42,7 @@ def booked(objects: list[dict]) -> tuple[int, int]:
 
 
 def objects_of(*values: str) -> list[dict]:
-    extra = [a for v in values[1:] for a in ("-f", f"charts/rlstack/{v}")]
+    extra = [a for v in values[1:] for a in ("-f", str(CHART / v))]
     return [o for o in yaml.safe_load_all(render(values[0], *extra)) if o]
 
 
