@@ -51,6 +51,18 @@ def by_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def objects_of(values: str, *more: str) -> list[dict]:
+    """The objects the chart renders with ``values`` and then each of ``more`` layered on it."""
+    extra = [a for v in more for a in ("-f", str(CHART / v))]
+    return [o for o in yaml.safe_load_all(render(values, *extra)) if o]
+
+
+def env_of(objects: list[dict], kind: str, suffix: str) -> dict[str, str | None]:
+    """The first container's env (name -> value) of the one ``kind`` object named ``...suffix``."""
+    [w] = [o for o in by_kind(objects, kind) if o["metadata"]["name"].endswith(suffix)]
+    return {e["name"]: e.get("value") for e in w["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
 @pytest.fixture
 def tmp_manifest(tmp_path) -> Path:
     return tmp_path / "manifest.yaml"

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from rlstack.ops.ledger import LedgerSources
-from tests.k8s.conftest import by_kind, render
-
-
-def env_of(objects: list[dict], kind: str, suffix: str) -> dict[str, str]:
-    [w] = [o for o in by_kind(objects, kind) if o["metadata"]["name"].endswith(suffix)]
-    return {e["name"]: e.get("value") for e in w["spec"]["template"]["spec"]["containers"][0]["env"]}
+from tests.k8s.conftest import env_of, objects_of
 
 
 def test_the_ledger_reads_the_files_where_the_chart_writes_them():
-    objects = [o for o in yaml.safe_load_all(render("values-agent.yaml")) if o]
+    objects = objects_of("values-agent.yaml")
     env = env_of(objects, "Deployment", "env-agent")
     batcher = env_of(objects, "Deployment", "-batcher")
     trainer = env_of(objects, "Job", "-trainer")

@@ -3,22 +3,16 @@ values-cpu.yaml: each test fails on the values that were installed there first."
 
 from __future__ import annotations
 
-import yaml
+from lightkube.utils.quantity import parse_quantity
 
-from tests.k8s.conftest import CHART, by_kind, render
+from tests.k8s.conftest import by_kind, env_of, objects_of
 
 NODE_MILLICORES = 2000
 """The node the CPU values are for: a laptop's kind cluster, or this machine's single kubelet."""
 
 
 def millicores(quantity: str | int | float) -> int:
-    text = str(quantity)
-    return int(text[:-1]) if text.endswith("m") else round(float(text) * 1000)
-
-
-def mebibytes(quantity: str) -> float:
-    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
-    return next(float(quantity[: -len(u)]) * f for u, f in units.items() if quantity.endswith(u))
+    return round(parse_quantity(quantity) * 1000)
 
 
 def pod_cpu_request(spec: dict) -> int:
@@ -41,11 +35,6 @@ def booked(objects: list[dict]) -> tuple[int, int]:
     return total, surge
 
 
-def objects_of(*values: str) -> list[dict]:
-    extra = [a for v in values[1:] for a in ("-f", str(CHART / v))]
-    return [o for o in yaml.safe_load_all(render(values[0], *extra)) if o]
-
-
 def test_the_cpu_values_fit_one_two_core_node_with_a_rolling_upgrade_under_way():
     """The default requests (a core each for the replica and the trainer) left the replica, the
     batcher and the registry Pending, and then the pre-upgrade hook Job too, so no upgrade could fix it."""
@@ -56,8 +45,7 @@ def test_the_cpu_values_fit_one_two_core_node_with_a_rolling_upgrade_under_way()
 def test_the_cpu_agent_values_leave_room_for_every_concurrent_sandbox():
     objects = objects_of("values-cpu.yaml", "values-agent.yaml")
     total, surge = booked(objects)
-    env = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("env-agent"))
-    settings = {e["name"]: e.get("value") for e in env["spec"]["template"]["spec"]["containers"][0]["env"]}
+    settings = env_of(objects, "Deployment", "env-agent")
     sandboxes = int(settings["RLSTACK_ENV_MAX_CONCURRENT_TRIALS"]) * millicores(settings["RLSTACK_SANDBOX_POD_CPU_REQUEST"])
     assert total + surge + sandboxes <= NODE_MILLICORES, f"{total}m + {surge}m surge + {sandboxes}m of sandboxes"
 
@@ -65,11 +53,9 @@ def test_the_cpu_agent_values_leave_room_for_every_concurrent_sandbox():
 def test_the_sandbox_cpu_request_the_chart_passes_is_the_one_the_sandbox_pods_get(monkeypatch):
     from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
 
-    objects = objects_of("values-cpu.yaml", "values-agent.yaml")
-    env = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("env-agent"))
-    for e in env["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if e["name"].startswith("RLSTACK_SANDBOX_POD_"):
-            monkeypatch.setenv(e["name"], e["value"])
+    for name, value in env_of(objects_of("values-cpu.yaml", "values-agent.yaml"), "Deployment", "env-agent").items():
+        if name.startswith("RLSTACK_SANDBOX_POD_"):
+            monkeypatch.setenv(name, value)
     assert SandboxPodSecurity().cpu_request == "25m"
 
 
@@ -80,7 +66,7 @@ def test_the_cpu_replica_has_the_dev_shm_vllm_needs():
     spec = replica["spec"]["template"]["spec"]
     [mount] = [m for m in spec["containers"][0].get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
     [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    assert volume["emptyDir"]["medium"] == "Memory" and mebibytes(volume["emptyDir"]["sizeLimit"]) >= 160
+    assert volume["emptyDir"]["medium"] == "Memory" and parse_quantity(volume["emptyDir"]["sizeLimit"]) >= 160 * 2**20
 
 
 def test_every_probe_waits_long_enough_for_a_busy_service(rendered):
