@@ -6,7 +6,9 @@ each on a model built afresh with the same seed:
 - ``plain``: what a plain trainer gets from the GPU: bf16 weights, fused AdamW, the model's own
   loss over full logits, the batch's tokens laid out as full rows (no padding, no mask);
 - ``padded``: ``Engine.step`` on padded micro-batches of ``--micro-batch-size`` rows;
-- ``packed``: ``Engine.step`` on rows packed up to ``--pack-tokens`` tokens;
+- ``packed``: ``Engine.step`` on rows packed up to ``--pack-tokens`` tokens, each sequence whole;
+- ``shared``: the same rows with shared prefixes held once (prefix trees, ``--share-prefix``): tokens/s
+  still counts every sequence's tokens, so ``shared_over_packed`` is what the trees save;
 - ``packed-sdpa``: the same with ``attention=sdpa`` (transformers' dense block mask: the old path);
 - ``packed-fa2``: packed, with every row on torch's varlen (flash-attention-2) kernel, long rows too
   (``attention.LONG_SEQUENCES`` otherwise sends those through cuDNN one sequence at a time).
@@ -49,14 +51,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO  # noqa: E402, F401 - puts the repo first on sys.path
 
 from rlstack.trainer import attention  # noqa: E402
+from rlstack.trainer.batch import to_tensors  # noqa: E402
 from rlstack.trainer.config import TrainerSettings  # noqa: E402
 from rlstack.trainer.distributed import DistContext, init_distributed, shutdown  # noqa: E402
 from rlstack.trainer.engine import Engine  # noqa: E402
+from rlstack.trainer.packing import shared_tokens  # noqa: E402
 from rlstack.trainer.shapes import qwen2_config  # noqa: E402
 
 console = Console(stderr=True)
 GIB = 1024**3
-PATHS = ("plain", "padded", "packed", "packed-sdpa", "packed-fa2")
+PATHS = ("plain", "padded", "packed", "shared", "packed-sdpa", "packed-fa2")
 
 
 def make_groups(vocab: int, groups: int, group_size: int, prompt: int, completion: tuple[int, int], seed: int = 0) -> list[dict]:
@@ -205,6 +209,7 @@ def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: 
     settings = TrainerSettings(model=str(args.model or "random"), sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
                                micro_batch_size=args.micro_batch_size,
                                pack_tokens=None if path == "padded" else args.pack_tokens,
+                               share_prefix=args.share_prefix if path == "shared" else None,
                                attention="sdpa" if path == "packed-sdpa" else args.attention,
                                activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
                                lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0)
@@ -264,6 +269,8 @@ def main() -> None:
     parser.add_argument("--completion", default="32:192", help="completion tokens, min:max (uniform)")
     parser.add_argument("--micro-batch-size", type=int, default=8, help="padded rows per micro-batch")
     parser.add_argument("--pack-tokens", type=int, default=4096, help="tokens per packed row")
+    parser.add_argument("--share-prefix", type=int, default=TrainerSettings.model_fields["share_prefix"].default,
+                        help="the shared path's least prefix to share (tokens)")
     parser.add_argument("--attention", choices=["varlen", "sdpa"], default="varlen", help="the Engine's kernel on packed/padded")
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--lora-rank", type=int, default=None, help="train a LoRA adapter over a bf16 base (on CUDA)")
@@ -299,6 +306,7 @@ def main() -> None:
         batches = [make_groups(config.vocab_size, args.groups, args.group_size, args.prompt, completion)]
     timed_batches = [batches[i % len(batches)] for i in range(1, args.repeats + 1)] if len(batches) > 1 else batches
     tokens = statistics.mean(sum(len(t) - 1 for g in b for t in g["tokens"]) for b in timed_batches)  # inputs a step
+    kept, unshared = map(sum, zip(*(shared_tokens(to_tensors(b), args.pack_tokens, args.share_prefix) for b in timed_batches)))
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
     results = {}
@@ -321,7 +329,8 @@ def main() -> None:
 
     ratios = {"packed/padded": ratio("packed", "padded", "tokens_per_s"), "packed/plain": ratio("packed", "plain", "tokens_per_s"),
               "padded/plain": ratio("padded", "plain", "tokens_per_s"), "packed/packed-sdpa": ratio("packed", "packed-sdpa", "tokens_per_s"),
-              "packed/packed-fa2": ratio("packed", "packed-fa2", "tokens_per_s"),
+              "packed/packed-fa2": ratio("packed", "packed-fa2", "tokens_per_s"), "shared/packed": ratio("shared", "packed", "tokens_per_s"),
+              "shared_memory/packed": ratio("shared", "packed", "peak_gib"),
               "packed_memory/plain": ratio("packed", "plain", "peak_gib"), "padded_memory/plain": ratio("padded", "plain", "peak_gib")}
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else os.uname().machine
     table = Table(title=f"{args.model or args.shape}, {params / 1e9:.2f}B params, {tokens:.0f} tokens/step, {world} x {gpu}")
@@ -334,11 +343,14 @@ def main() -> None:
                       f"{vs:.2f}x" if vs else "-")
     console.print(table)
     console.print("  ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v))
+    console.print(f"prefix trees (--share-prefix {args.share_prefix}) remove {1 - kept / unshared:.1%} of the {unshared / len(timed_batches):,.0f} tokens a step")
     line = json.dumps({"shape": str(args.model) if args.model else args.shape, "groups_from": str(args.groups_from or ""), "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
                        "tokens": tokens, "groups": args.groups, "group_size": args.group_size, "prompt": args.prompt,
                        "completion": list(completion), "micro_batch_size": args.micro_batch_size, "pack_tokens": args.pack_tokens,
                        "activation_checkpointing": args.activation_checkpointing, "lora_rank": args.lora_rank,
-                       "torch": torch.__version__, "varlen_kernel": attention._varlen_kernel() is not None, "paths": results, "ratios": ratios, "plain_tokens_per_s": plain.get("tokens_per_s")})
+                       "torch": torch.__version__, "varlen_kernel": attention._varlen_kernel() is not None, "paths": results, "ratios": ratios, "plain_tokens_per_s": plain.get("tokens_per_s"),
+                       "share_prefix": args.share_prefix, "shared_over_packed": ratios["shared/packed"],
+                       "tokens_removed_share": 1 - kept / unshared})
     print(line, flush=True)
     if args.json_out:
         with args.json_out.open("a") as f:

@@ -3,7 +3,7 @@
 # torchrun on the shapes of issue 29, one after another, each bounded in time. Every figure goes
 # to $RESULTS (one JSON line per shape) and the log; kernel tables to $PROFILE.
 #   OUT=/some/dir bash bench/trainer_gpu.sh [case ...]
-# cases: tests 1.5b 1.5b-profile 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k
+# cases: tests 1.5b 1.5b-profile 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k shared shared-agent
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT=${OUT:-runs/bench-gpu}
@@ -36,6 +36,12 @@ for c in "${cases[@]}"; do
     # 7B LoRA rank 16 over a bf16 base, 2 rows of 20-32k tokens, activation checkpointing
     7b-lora-32k) bench 140 --shape qwen2-7b --lora-rank 16 --groups 1 --group-size 2 --prompt 512 --completion 19968:32000 \
             --pack-tokens 32768 --activation-checkpointing --paths plain,packed ;;
+    # prefix trees on the batch of issue 29 (each group's 512-token prompt held once), one process as a one-GPU pod
+    shared) process 150 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --pack-tokens 16384 --paths packed,shared ;;
+    # an agent's shape: groups of 8 over a 7,680-token prompt (claude-code's first call), 512-2048 tokens each
+    shared-agent) process 150 --shape qwen2-1.5b --groups 2 --group-size 8 --prompt 7680 --completion 512:2048 \
+            --pack-tokens 16384 --paths packed,shared --repeats 2 ;;
     *) echo "unknown case $c" ;;
   esac
 done

@@ -12,6 +12,11 @@ transformers already passes through every decoder layer for flash-attn):
   over each sequence of the row in turn: exact, memory linear in the row, cuDNN's attention on
   a Hopper GPU, and what a CPU does fastest (docs/trainer.md).
 
+Rows of prefix trees (``prefix_tree``, a ``TreeLayout``) hold each shared prefix once: every node
+attends to its ancestors' keys and values, then its own causally. On CUDA in bf16/fp16 that is the
+same varlen kernel with the keys gathered per node (its causal mask is aligned to the end of the
+keys); elsewhere SDPA node by node, with a causal mask aligned the same way.
+
 Rows without bounds (padded rows) are right-padded by construction (``batch.to_tensors``), so
 causal attention never lets a real token see a pad: plain causal SDPA, flash on a GPU, with no
 mask at all. Because the name has no mask function registered, transformers skips building one.
@@ -25,6 +30,8 @@ from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
+
+from rlstack.trainer.prefix_tree import TreeLayout
 
 NAME = "rlstack_varlen"
 """The ``attn_implementation`` the trainer loads its policy with (``TrainerSettings.attention``)."""
@@ -107,10 +114,39 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds:
     return out.unsqueeze(0)
 
 
+def _tree(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, tree: TreeLayout, scale: float | None) -> torch.Tensor:
+    """Each node over its ancestors' keys and its own; ``[1, H, T, D]`` in, ``[1, T, H, D]`` out."""
+    if varlen_available(query):
+        kernel, causal, gqa = _varlen_kernel()
+        q = query[0].transpose(0, 1)
+        k, v = (t[0].transpose(0, 1).index_select(0, tree.key_index) for t in (key, value))
+        extra = {}
+        if q.shape[1] != k.shape[1]:
+            if gqa:
+                extra["enable_gqa"] = True
+            else:
+                groups = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        return kernel(q, k, v, tree.cu_q, tree.cu_k, tree.max_q, tree.max_k, scale=scale, **causal, **extra).unsqueeze(0)
+    parts, q_lo, k_lo = [], 0, 0
+    for n_q, n_k in zip(tree.node_lengths, tree.key_lengths):
+        q = query[:, :, q_lo:q_lo + n_q]
+        if n_k == n_q:  # a root: its own keys only
+            k, v, mask, causal = key[:, :, q_lo:q_lo + n_q], value[:, :, q_lo:q_lo + n_q], None, n_q > 1
+        else:
+            index = tree.key_index[k_lo:k_lo + n_k]
+            k, v = key.index_select(2, index), value.index_select(2, index)
+            mask = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
+            causal = False
+        parts.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True))
+        q_lo, k_lo = q_lo + n_q, k_lo + n_k
+    return torch.cat(parts, dim=2).transpose(1, 2)
+
+
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # noqa: ARG001 - transformers' signature
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      cu_seq_lens_q: torch.Tensor | None = None, sequence_lengths: list[int] | None = None,
-                     **kwargs) -> tuple[torch.Tensor, None]:
+                     prefix_tree: TreeLayout | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: ``query [B, H, T, D]``, ``key``/``value [B, H_kv, T, D]``;
     returns ``[B, T, H, D]``. A packed row comes with its lengths on the host (``sequence_lengths``)
     and its bounds on the device (``cu_seq_lens_q``), both from ``PolicyLogprobs``; a row without
@@ -119,6 +155,8 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         raise ValueError(f"{NAME} takes no attention mask: pack rows (sequence bounds) or right-pad them")
     if dropout:
         raise ValueError(f"{NAME} has no dropout (the trainer's models have none)")
+    if prefix_tree is not None:
+        return _tree(*_autocast(query, key, value), prefix_tree, scaling), None
     if sequence_lengths is None:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=query.shape[2] > 1, scale=scaling, enable_gqa=True)
         return out.transpose(1, 2), None

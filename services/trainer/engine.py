@@ -145,7 +145,8 @@ class Engine:
         rows = pick_rows(batch, version, self.versions, self.s.mismatch_sample, seed=version)
         score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx)
         return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
-                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch)
+                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch,
+                         share_prefix=self.s.share_prefix if self.s.attention == "varlen" else None)
 
     def remember(self, version: int) -> None:
         """Keep the current weights as ``version`` (called when they are published)."""

@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rlstack.trainer.attention import NAME, lengths_from_positions, sequence_bounds
 from rlstack.trainer.loss import token_logprobs
+from rlstack.trainer.prefix_tree import TreeLayout
 
 DEFAULT_CHUNK = 4096
 
@@ -59,10 +60,17 @@ class PolicyLogprobs(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 sequence_lengths: list[int] | None = None, cu_seq_lens: torch.Tensor | None = None,
-                trained_index: torch.Tensor | None = None) -> torch.Tensor:
+                trained_index: torch.Tensor | None = None, tree: TreeLayout | None = None,
+                trained_rows: torch.Tensor | None = None) -> torch.Tensor:
         """``sequence_lengths``: a packed row's lengths (``cu_seq_lens``: their bounds already on the
         device, when the caller has them); ``trained_index``: the flat positions where ``mask`` is True.
-        Both worked out on the host spare the GPU a wait."""
+        Both worked out on the host spare the GPU a wait.
+
+        ``tree``: a row of prefix trees. ``input_ids``/``position_ids`` are then the tree row, while
+        ``targets``, ``mask`` and the result keep the unshared packed layout; ``trained_rows`` are the
+        tree row's positions predicting ``trained_index``'s tokens."""
+        if tree is not None:
+            return self._tree_forward(input_ids, position_ids, targets, mask, tree, trained_index, trained_rows)
         model = self.model
         decoder = getattr(model, "get_decoder", lambda: None)()
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -93,5 +101,23 @@ class PolicyLogprobs(torch.nn.Module):
             return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
         picked = chunked_logprobs(head, hidden.flatten(0, 1).index_select(0, trained_index), targets.flatten().index_select(0, trained_index),
                                   self.chunk)
+        flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
+        return flat.view(mask.shape)
+
+    def _tree_forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None,
+                      tree: TreeLayout, trained_index: torch.Tensor | None, trained_rows: torch.Tensor | None) -> torch.Tensor:
+        model = self.model
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) != NAME:
+            raise ValueError(f"prefix-tree rows need attn_implementation={NAME!r} (the trainer's attention=varlen)")
+        hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
+                                     prefix_tree=tree).last_hidden_state.flatten(0, 1)
+        head = model.get_output_embeddings()
+        if mask is None:
+            return chunked_logprobs(head, hidden.index_select(0, tree.hidden_index), targets.flatten(), self.chunk).view(targets.shape)
+        if trained_index is None:
+            trained_index = mask.flatten().nonzero().squeeze(1)
+        if trained_rows is None:
+            trained_rows = tree.hidden_index.index_select(0, trained_index)
+        picked = chunked_logprobs(head, hidden.index_select(0, trained_rows), targets.flatten().index_select(0, trained_index), self.chunk)
         flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
         return flat.view(mask.shape)

@@ -10,6 +10,10 @@ Packed rows concatenate sequences up to ``pack_tokens`` tokens, with position id
 each sequence, and carry the sequences' bounds for a varlen attention kernel (no attention across
 sequences, no T x T mask); no token is padding. Padded rows keep the old
 layout (``micro_batch_size`` rows, padded to the longest).
+
+Shared rows (``share_prefix`` tokens or more in common) are packed rows whose sequences of one
+prefix tree hold that prefix once (``rlstack.trainer.prefix_tree``); a row with nothing to share
+is an ordinary packed row.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 
 from rlstack.trainer.attention import sequence_bounds
 from rlstack.trainer.batch import TrainBatch
+from rlstack.trainer.prefix_tree import TreeLayout, fit, lay_out
 
 
 @dataclass
@@ -36,6 +41,8 @@ class MicroBatch:
     cu_seq_lens: torch.Tensor | None = None  # packed rows: [n + 1] int32 sequence bounds (for a varlen kernel)
     sequence_lengths: list[int] | None = None  # packed rows: each sequence's length, on the host
     trained_index: torch.Tensor | None = None  # flat positions of the trained tokens (set by ``to``)
+    tree: TreeLayout | None = None  # shared rows: input_ids/position_ids hold each shared prefix once
+    trained_rows: torch.Tensor | None = None  # shared rows: the row positions predicting the trained tokens (set by ``to``)
 
     @property
     def tokens(self) -> int:
@@ -48,6 +55,10 @@ class MicroBatch:
         fields = dict(self.__dict__)
         if fields["trained_index"] is None:
             fields["trained_index"] = self.loss_mask.flatten().nonzero().squeeze(1)
+        if self.tree is not None:
+            if fields["trained_rows"] is None:
+                fields["trained_rows"] = self.tree.hidden_index.index_select(0, fields["trained_index"])
+            fields["tree"] = self.tree.to(device)
         pinned = device.type == "cuda"
 
         def move(v: torch.Tensor) -> torch.Tensor:
@@ -114,22 +125,50 @@ def pack_rows(sizes: dict[int, int], budget: int) -> list[list[int]]:
     return [sorted(r) for r in rows]
 
 
+def _packed_row(batch: TrainBatch, row: list[int], size: list[int], same: torch.Tensor) -> MicroBatch:
+    def cat(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t[i, :size[i]] for i in row]).unsqueeze(0)
+
+    return MicroBatch(input_ids=cat(batch.input_ids), targets=cat(batch.targets), loss_mask=cat(batch.loss_mask),
+                      inference_logprobs=cat(batch.inference_logprobs),
+                      advantages=torch.cat([batch.advantages[i].expand(size[i]) for i in row]).unsqueeze(0),
+                      same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
+                      on_policy=torch.cat([batch.on_policy[i].expand(size[i]) for i in row]).unsqueeze(0),
+                      position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0),
+                      sequence_lengths=[size[i] for i in row], cu_seq_lens=sequence_bounds([size[i] for i in row]))
+
+
 def packed(batch: TrainBatch, rows: list[int], pack_tokens: int, current_version: int | None) -> list[MicroBatch]:
     same = _same_weights(batch, current_version)
     size = lengths(batch)
-    out = []
-    for row in pack_rows({i: size[i] for i in rows}, pack_tokens):
-        def cat(t: torch.Tensor, row: list[int] = row) -> torch.Tensor:
-            return torch.cat([t[i, :size[i]] for i in row]).unsqueeze(0)
+    return [_packed_row(batch, row, size, same) for row in pack_rows({i: size[i] for i in rows}, pack_tokens)]
 
-        out.append(MicroBatch(input_ids=cat(batch.input_ids), targets=cat(batch.targets), loss_mask=cat(batch.loss_mask),
-                              inference_logprobs=cat(batch.inference_logprobs),
-                              advantages=torch.cat([batch.advantages[i].expand(size[i]) for i in row]).unsqueeze(0),
-                              same_weights=torch.cat([same[i].expand(size[i]) for i in row]).unsqueeze(0),
-                              on_policy=torch.cat([batch.on_policy[i].expand(size[i]) for i in row]).unsqueeze(0),
-                              position_ids=torch.cat([torch.arange(size[i]) for i in row]).unsqueeze(0),
-                              sequence_lengths=[size[i] for i in row], cu_seq_lens=sequence_bounds([size[i] for i in row])))
+
+def shared(batch: TrainBatch, rows: list[int], pack_tokens: int, share_prefix: int, current_version: int | None) -> list[MicroBatch]:
+    """Packed rows of prefix trees: each row at most ``pack_tokens`` tokens once shared prefixes count once."""
+    same = _same_weights(batch, current_version)
+    size = lengths(batch)
+    seqs = {i: batch.input_ids[i, :size[i]].numpy() for i in rows}
+    trees = fit(seqs, share_prefix, pack_tokens)
+    out = []
+    for row in pack_rows({k: t.size() for k, t in enumerate(trees)}, pack_tokens):
+        mine = [trees[k] for k in row]
+        if not any(t.shares() for t in mine):
+            out.append(_packed_row(batch, sorted(s for t in mine for s in t.sequences()), size, same))
+            continue
+        laid = lay_out(mine, seqs)
+        part = _packed_row(batch, laid.layout.sequences, size, same)
+        part.input_ids, part.position_ids, part.tree = laid.input_ids, laid.position_ids, laid.layout
+        part.sequence_lengths = part.cu_seq_lens = None
+        out.append(part)
     return out
+
+
+def shared_tokens(batch: TrainBatch, pack_tokens: int, share_prefix: int) -> tuple[int, int]:
+    """(tokens the batch's rows compute with prefixes shared, tokens without): what sharing removes, for reports."""
+    size = lengths(batch)
+    trees = fit({i: batch.input_ids[i, :size[i]].numpy() for i in range(len(size))}, share_prefix, pack_tokens)
+    return sum(t.size() for t in trees), sum(size)
 
 
 def empty(packed_rows: bool) -> MicroBatch:
@@ -144,13 +183,16 @@ def empty(packed_rows: bool) -> MicroBatch:
 
 
 def micro_batches(batch: TrainBatch, rank: int, world_size: int, micro_batch_size: int, pack_tokens: int | None,
-                  current_version: int | None) -> list[MicroBatch]:
-    """This rank's micro-batches; every rank gets the same number."""
+                  current_version: int | None, share_prefix: int | None = None) -> list[MicroBatch]:
+    """This rank's micro-batches; every rank gets the same number. ``share_prefix`` (with ``pack_tokens``):
+    sequences sharing at least that many leading tokens hold them once per row."""
     per_rank = assign_ranks(batch, world_size) if world_size > 1 else [list(range(batch.input_ids.shape[0]))]
 
     def cut(rows: list[int]) -> list[MicroBatch]:
         if pack_tokens is None:
             return padded(batch, rows, micro_batch_size, current_version)
+        if share_prefix:
+            return shared(batch, rows, pack_tokens, share_prefix, current_version)
         return packed(batch, rows, pack_tokens, current_version)
 
     counts = [len(cut(r)) for r in per_rank] if world_size > 1 else None

@@ -20,6 +20,7 @@ from rlstack.trainer.logprobs import DEFAULT_CHUNK, PolicyLogprobs
 from rlstack.trainer.loss import GRPOLossConfig, grpo_loss
 from rlstack.trainer.mismatch import Mismatch, MismatchAccumulator
 from rlstack.trainer.packing import micro_batches
+from rlstack.trainer.prefix_tree import TreeLayout
 
 
 @dataclass
@@ -46,11 +47,11 @@ def as_policy(model: torch.nn.Module, chunk: int = DEFAULT_CHUNK) -> PolicyLogpr
 def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, targets: torch.Tensor,
                     mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                     chunk: int = DEFAULT_CHUNK, sequence_lengths: list[int] | None = None, cu_seq_lens: torch.Tensor | None = None,
-                    trained_index: torch.Tensor | None = None) -> torch.Tensor:
+                    trained_index: torch.Tensor | None = None, tree: TreeLayout | None = None) -> torch.Tensor:
     """log p(target) per position ``[B, T]``; with ``mask``, only the trained positions are
     projected onto the vocabulary (the rest are 0), ``chunk`` tokens at a time."""
     return as_policy(model, chunk)(input_ids, targets, mask, attention_mask=attention_mask, position_ids=position_ids,
-                                   sequence_lengths=sequence_lengths, cu_seq_lens=cu_seq_lens, trained_index=trained_index)
+                                   sequence_lengths=sequence_lengths, cu_seq_lens=cu_seq_lens, trained_index=trained_index, tree=tree)
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -67,12 +68,13 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> tor
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
               micro_batch_size: int = 8, max_grad_norm: float = 1.0, current_version: int | None = None,
               pack_tokens: int | None = None, ctx: DistContext | None = None,
-              mismatch: MismatchAccumulator | None = None) -> StepStats:
+              mismatch: MismatchAccumulator | None = None, share_prefix: int | None = None) -> StepStats:
     """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch
     (added to ``mismatch`` when given: it may already hold older rows scored under their own weights).
 
     ``pack_tokens`` packs sequences into rows of at most that many tokens instead of padding
-    ``micro_batch_size`` rows. Under torchrun pass every rank's ``ctx``: all ranks call this with
+    ``micro_batch_size`` rows; ``share_prefix`` then lays sequences sharing that many leading tokens or
+    more out as prefix trees (each prefix computed once). Under torchrun pass every rank's ``ctx``: all ranks call this with
     the same ``batch``, and all get the same statistics back.
     """
     start = time.perf_counter()
@@ -89,7 +91,7 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     sums = torch.zeros(len(keys), dtype=torch.float64, device=device)  # summed on the device: no wait per micro-batch
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported() and not is_sharded(policy)
     mismatch = mismatch if mismatch is not None else MismatchAccumulator()
-    for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version):
+    for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version, share_prefix):
         tokens = part.tokens
         if tokens == 0 and ctx.world_size == 1:
             continue  # a lone process skips rows with nothing trained; ranks must stay in step
@@ -97,7 +99,7 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logprobs = policy(part.input_ids, part.targets, part.loss_mask, attention_mask=part.attention_mask,
                               position_ids=part.position_ids, sequence_lengths=part.sequence_lengths, cu_seq_lens=part.cu_seq_lens,
-                              trained_index=part.trained_index)
+                              trained_index=part.trained_index, tree=part.tree, trained_rows=part.trained_rows)
         # Rows sent without inference logprobs: the behaviour policy is the trainer's own at the
         # step's start, which is this forward's value (the weights change only after the step).
         behaviour = torch.where(part.on_policy, logprobs.detach(), part.inference_logprobs)

@@ -7,6 +7,7 @@ the check would catch a real error. Figures from the last GPU run are in docs/tr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -97,6 +98,83 @@ def test_packed_rows_on_the_varlen_kernel_match_padded_rows():
     assert err["packed"] <= 2 * err["padded"] + 1e-4
     assert err["wrong"] > 3 * err["packed"], "the negative control is within the tolerance: the check cannot tell"
     assert cos > 0.999
+
+
+def agent_groups(seed: int = 1) -> list[dict]:
+    """What prefix trees are for: a group over one long prompt, and a group of trials whose later
+    segments repeat the trial's first turns (trained again, as a compacted or resumed segment is)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(n: int) -> list[int]:
+        return torch.randint(1, 1024, (n,), generator=g).tolist()
+
+    prompt = rand(600)
+    tokens, trials = [], []
+    for trial in range(4):
+        turn = prompt + rand(80 + 20 * trial)
+        for _ in range(2):
+            tokens.append(turn + rand(40))
+            trials.append(trial)
+            turn = tokens[-1] + rand(30)
+    nested = {"tokens": tokens, "masks": [[-100] * len(prompt) + t[len(prompt):] for t in tokens], "trials": trials, "weight_version": 0,
+              "scores": [float(i % 2) for i in trials], "inference_logprobs": [[0.0] * len(prompt) + [-6.9] * (len(t) - len(prompt)) for t in tokens]}
+    return groups(seed, n=2, size=4, prompt=400, completion=(16, 200)) + [nested]
+
+
+def tree_logprobs_and_grads(model, batch, bf16: bool = True, isolated: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """As ``logprobs_and_grads`` on one row of prefix trees, the trained tokens put back in sequence order.
+    ``isolated``: every node attends to its own tokens only (a wrong layout: the negative control)."""
+    model.zero_grad(set_to_none=True)
+    (row,) = micro_batches(batch, 0, 1, 64, 1 << 20, None, share_prefix=16)
+    tree = row.tree
+    assert tree is not None and row.input_ids.shape[1] < row.targets.shape[1], "nothing was shared"
+    if isolated:
+        tree = dataclasses.replace(tree, key_lengths=tree.node_lengths, key_index=torch.arange(row.input_ids.shape[1]), cu_k=tree.cu_q)
+    row = dataclasses.replace(row, tree=tree).to(CUDA)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        lp = policy_logprobs(model, row.input_ids, None, row.targets, row.loss_mask, position_ids=row.position_ids, tree=row.tree)
+    per_lp = dict(zip(tree.sequences, torch.split(lp[0], tree.sequence_lengths)))
+    per_mask = dict(zip(tree.sequences, torch.split(row.loss_mask[0], tree.sequence_lengths)))
+    picked = torch.cat([per_lp[i][per_mask[i]] for i in sorted(per_lp)])
+    picked.sum().backward()
+    grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return picked.detach().float(), grad.float()
+
+
+def test_prefix_tree_rows_on_the_varlen_kernel_match_packed_rows():
+    """bf16 on the varlen kernel (keys gathered per node, causal aligned to their end): as close to the
+    float32 values as packed rows are; float32 (SDPA node by node) equal to packed rows."""
+    attn = attention.register()
+    batch = to_tensors(agent_groups())
+    lp_ref, _ = logprobs_and_grads(small_model(), batch, pack=False, bf16=False)
+    model = small_model(attn=attn)
+    lp_pack, g_pack = logprobs_and_grads(model, batch, pack=True)
+    calls = []
+    kernel = attention._varlen_kernel
+
+    def spy():  # noqa: ANN202
+        calls.append(1)
+        return kernel()
+
+    attention._varlen_kernel = spy
+    try:
+        lp_tree, g_tree = tree_logprobs_and_grads(model, batch)
+    finally:
+        attention._varlen_kernel = kernel
+    lp_wrong, _ = tree_logprobs_and_grads(model, batch, isolated=True)
+    err = {name: float((lp - lp_ref).abs().mean()) for name, lp in (("packed", lp_pack), ("tree", lp_tree), ("wrong", lp_wrong))}
+    cos = float(torch.nn.functional.cosine_similarity(g_tree, g_pack, dim=0))
+    lp32_pack, g32_pack = logprobs_and_grads(model, batch, pack=True, bf16=False)
+    lp32_tree, g32_tree = tree_logprobs_and_grads(model, batch, bf16=False)
+    exact = float((lp32_tree - lp32_pack).abs().max())
+    grad_rel = float((g32_tree - g32_pack).norm() / g32_pack.norm())
+    print(f"\nmean |logprob - float32| packed {err['packed']:.2e} tree {err['tree']:.2e} wrong {err['wrong']:.2e}; "
+          f"grad cosine tree/packed (bf16) {cos:.6f}; float32 tree vs packed: max |logprob| {exact:.2e}, grad rel {grad_rel:.2e}")
+    assert calls, "the tree row did not reach the varlen kernel"
+    assert err["tree"] <= 2 * err["packed"] + 1e-4
+    assert err["wrong"] > 3 * err["tree"], "the negative control is within the tolerance: the check cannot tell"
+    assert cos > 0.999
+    assert exact < 1e-4 and grad_rel < 1e-4
 
 
 def test_fsdp2_world_size_one_matches_a_plain_process():

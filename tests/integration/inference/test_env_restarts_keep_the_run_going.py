@@ -25,27 +25,42 @@ BATCH, GROUP, LEASE = 8, 4, 3.0
 
 
 class Trainer:
-    """Pulls batches as a trainer does, from a thread, and keeps what it got."""
+    """Pulls batches as a trainer does, from a thread, and keeps what it got.
+
+    Like the trainer's own client it tries a poll again when the connection drops (on two busy
+    cores a keep-alive connection can close under a request); a batch served into a dropped
+    answer would then be missing from what it got, which the end of the test counts.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.batches: list[list[dict]] = []
+        self.dropped = 0
+        self.error: BaseException | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._pull, daemon=True)
 
     def _pull(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                batch = client.get(f"{self.url}/batch").json()["batch"]
-                if batch:
-                    self.batches.append(batch)
-                else:
-                    time.sleep(0.05)
+        try:
+            with httpx.Client(timeout=10) as client:
+                while not self.stop.is_set():
+                    try:
+                        batch = client.get(f"{self.url}/batch").json()["batch"]
+                    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError):
+                        self.dropped += 1
+                        batch = None
+                    if batch:
+                        self.batches.append(batch)
+                    else:
+                        time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by wait_for_more, not lost in a thread
+            self.error = exc
 
     def wait_for_more(self, count: int, timeout: float = 120) -> None:
         target = len(self.batches) + count
         deadline = time.monotonic() + timeout
         while len(self.batches) < target:
+            assert self.error is None, f"the pulling thread died: {self.error!r}"
             assert time.monotonic() < deadline, f"only {len(self.batches)} of {target} batches after {timeout:.0f}s"
             time.sleep(0.2)
 
@@ -125,6 +140,7 @@ def test_envs_killed_restarted_and_replaced_leave_the_live_weights_whole_and_the
             time.sleep(0.2)
         trainer.stop.set()
         trainer.thread.join(15)
+        assert trainer.error is None, trainer.error
         served = [tuple(map(tuple, g["tokens"])) for batch in trainer.batches for g in batch]
         assert len(served) == len(set(served))  # no group served twice
         metrics = httpx.get(f"{batcher.url}/metrics").text
