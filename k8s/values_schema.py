@@ -152,6 +152,8 @@ def schema() -> J:
                 "shmSize": QUANTITY,
                 "packTokens": {"type": ["integer", "null"], "minimum": 16,
                                "description": "tokens per packed row (RLSTACK_TRAINER_PACK_TOKENS); null: padded micro-batches"},
+                "sharePrefix": {"type": ["integer", "null"], "minimum": 1,
+                                "description": "least shared leading tokens held once per packed row (RLSTACK_TRAINER_SHARE_PREFIX); null: off"},
                 "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
             }),
             "envs": {"type": "array", "minItems": 0, "items": component({

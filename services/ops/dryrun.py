@@ -39,6 +39,9 @@ class TrainerShape(BaseModel):
     lora_rank: int | None = None
     lora_base_bytes: int = 2
     """Bytes per frozen base weight under LoRA (bf16 on GPUs)."""
+    share_prefix: int | None = None
+    """Prefix trees in packed rows: the least shared prefix held once (None: off, padded rows, or not varlen).
+    A row holds at most ``tokens_per_micro_batch`` tokens either way, so the estimate stands."""
 
 
 class Plan(BaseModel):
@@ -99,7 +102,8 @@ def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401
     tokens = settings.pack_tokens or settings.micro_batch_size * settings.max_token_len
     return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=settings.activation_checkpointing,
                         cpu_offload=settings.cpu_offload, logprob_chunk=settings.logprob_chunk,
-                        lora_base_bytes=4 if settings.lora_base_dtype == "float32" else 2)
+                        lora_base_bytes=4 if settings.lora_base_dtype == "float32" else 2,
+                        share_prefix=(settings.share_prefix or None) if settings.pack_tokens and settings.attention == "varlen" else None)
 
 
 def _addresses(services: list[Any]) -> dict[str, Any]:  # noqa: ANN401 - ServiceSpecs
@@ -165,6 +169,8 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
     env = {**trainer.get("env", {})}
     if trainer.get("packTokens"):  # the chart sets it unless trainer.env already does
         env.setdefault("RLSTACK_TRAINER_PACK_TOKENS", str(trainer["packTokens"]))
+    if "sharePrefix" in trainer:
+        env.setdefault("RLSTACK_TRAINER_SHARE_PREFIX", str(trainer["sharePrefix"] or 0))
     ports = {name: data.get(name, {}).get("port") for name in ("registry", "batcher", "proxy", "trainer")}
     ports["inference"] = inference.get("port")
     ports["vllm"] = inference.get("vllmPort")

@@ -91,10 +91,10 @@ class TrainerSettings(PolicySettings):
     """Pack sequences into rows of at most this many tokens (position ids restart per sequence, no
     attention across sequences; a longer sequence gets its own row) instead of padding
     ``micro_batch_size`` rows: no compute is spent on padding."""
-    share_prefix: int | None = Field(default=64, ge=1)
+    share_prefix: int = Field(default=64, ge=0)
     """With ``pack_tokens`` and attention varlen: sequences of a micro-batch that begin with at least this
     many identical token ids (a group's prompt, a trial's earlier turns) are laid out as prefix trees,
-    the prefix computed once per row; rows with nothing to share are packed as before. None: off."""
+    the prefix computed once per row; rows with nothing to share are packed as before. 0: off."""
     attention: Literal["varlen", "sdpa", "eager"] = "varlen"
     """Attention kernel of the policy. varlen: packed rows by their sequence bounds (torch's flash
     varlen kernel on GPUs, causal SDPA per sequence on CPUs), padded rows by causal SDPA; no

@@ -24,7 +24,7 @@ import torch
 
 from rlstack.trainer.attention import sequence_bounds
 from rlstack.trainer.batch import TrainBatch
-from rlstack.trainer.prefix_tree import TreeLayout, fit, lay_out
+from rlstack.trainer.prefix_tree import TreeLayout, build_forest, fit, lay_out
 
 
 @dataclass
@@ -73,17 +73,32 @@ def lengths(batch: TrainBatch) -> list[int]:
     return [int(n) for n in batch.attention_mask.sum(-1)]
 
 
-def assign_ranks(batch: TrainBatch, world_size: int) -> list[list[int]]:
-    """Sequence indices per rank, balancing trained tokens (ties by sequence length)."""
+def assign_ranks(batch: TrainBatch, world_size: int, share_prefix: int | None = None) -> list[list[int]]:
+    """Sequence indices per rank, balancing trained tokens (ties by sequence length).
+
+    With ``share_prefix``, the sequences of one prefix tree go to one rank where balance allows
+    (a tree is halved while it holds more trained tokens than a rank's share), so each rank holds
+    its groups' prompts once rather than every rank holding every prompt: a rank's load may then
+    differ from another's by up to a tree's."""
     trained = batch.loss_mask.sum(-1).tolist()
     size = lengths(batch)
-    order = sorted(range(len(size)), key=lambda i: (-trained[i], -size[i], i))
+    if share_prefix:
+        units = [t.sequences() for t in build_forest({i: batch.input_ids[i, :size[i]].numpy() for i in range(len(size))}, share_prefix)]
+        limit = sum(trained) / world_size
+        while any(len(u) > 1 and sum(trained[i] for i in u) > limit for u in units):
+            big = next(u for u in units if len(u) > 1 and sum(trained[i] for i in u) > limit)
+            units.remove(big)
+            units += [big[:len(big) // 2], big[len(big) // 2:]]
+    else:
+        units = [[i] for i in range(len(size))]
+    weight = [(sum(trained[i] for i in u), sum(size[i] for i in u)) for u in units]
+    order = sorted(range(len(units)), key=lambda k: (-weight[k][0], -weight[k][1], min(units[k])))
     load = [(0, 0)] * world_size
     out: list[list[int]] = [[] for _ in range(world_size)]
-    for i in order:
-        r = min(range(world_size), key=lambda k: (load[k], k))
-        out[r].append(i)
-        load[r] = (load[r][0] + trained[i], load[r][1] + size[i])
+    for k in order:
+        r = min(range(world_size), key=lambda j: (load[j], j))
+        out[r].extend(units[k])
+        load[r] = (load[r][0] + weight[k][0], load[r][1] + weight[k][1])
     return [sorted(x) for x in out]
 
 
@@ -186,7 +201,7 @@ def micro_batches(batch: TrainBatch, rank: int, world_size: int, micro_batch_siz
                   current_version: int | None, share_prefix: int | None = None) -> list[MicroBatch]:
     """This rank's micro-batches; every rank gets the same number. ``share_prefix`` (with ``pack_tokens``):
     sequences sharing at least that many leading tokens hold them once per row."""
-    per_rank = assign_ranks(batch, world_size) if world_size > 1 else [list(range(batch.input_ids.shape[0]))]
+    per_rank = assign_ranks(batch, world_size, share_prefix if pack_tokens else None) if world_size > 1 else [list(range(batch.input_ids.shape[0]))]
 
     def cut(rows: list[int]) -> list[MicroBatch]:
         if pack_tokens is None:

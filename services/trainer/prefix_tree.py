@@ -171,15 +171,23 @@ def lay_out(trees: list[Node], seqs: dict[int, np.ndarray]) -> TreeRow:
 
 
 def fit(seqs: dict[int, np.ndarray], min_shared: int, budget: int) -> list[Node]:
-    """The forest of ``seqs`` with every tree at most ``budget`` tokens: a tree over it has its sequences
-    (in tree order) split in halves, each half a forest of its own, until each fits or is one sequence."""
+    """The forest of ``seqs`` with every tree at most ``budget`` tokens: a tree over it is cut, its
+    sequences taken in tree order, into as few trees as fit (each holds the shared prefix again);
+    a sequence longer than ``budget`` is a tree of its own."""
     out = []
     for tree in build_forest(seqs, min_shared):
-        members = tree.sequences()
-        if tree.size() <= budget or len(members) == 1:
+        if tree.size() <= budget:
             out.append(tree)
             continue
-        half = len(members) // 2
-        for part in (members[:half], members[half:]):
-            out.extend(fit({m: seqs[m] for m in part}, min_shared, budget))
+        chunk: list[int] = []
+        for m in tree.sequences():
+            if chunk and _size(seqs, chunk + [m], min_shared) > budget:
+                out.extend(build_forest({i: seqs[i] for i in chunk}, min_shared))
+                chunk = []
+            chunk.append(m)
+        out.extend(build_forest({i: seqs[i] for i in chunk}, min_shared))
     return out
+
+
+def _size(seqs: dict[int, np.ndarray], members: list[int], min_shared: int) -> int:
+    return sum(t.size() for t in build_forest({i: seqs[i] for i in members}, min_shared))

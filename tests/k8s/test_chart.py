@@ -249,6 +249,18 @@ def test_the_trainer_packs_rows_by_default_and_pads_them_when_asked():
     assert refused.returncode != 0 and "packTokens" in refused.stderr
 
 
+def test_the_trainer_shares_prefixes_by_default_and_not_when_asked():
+    def share(env: list[dict]) -> list[str]:
+        return [e["value"] for e in env if e["name"] == "RLSTACK_TRAINER_SHARE_PREFIX"]
+
+    assert share(trainer_env()) == ["64"]
+    assert share(trainer_env("--set", "trainer.sharePrefix=512")) == ["512"]
+    assert share(trainer_env("--set", "trainer.sharePrefix=null")) == ["0"]  # off (the trainer's own default is on)
+    assert share(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_SHARE_PREFIX=128")) == ["128"]
+    refused = helm("template", "rl", str(CHART), "--set", "trainer.sharePrefix=0")
+    assert refused.returncode != 0 and "sharePrefix" in refused.stderr
+
+
 def test_prometheus_rule_alerts_on_mismatch_quarantine_stalls_and_silent_envs():
     import yaml
 

@@ -70,6 +70,15 @@ def test_values_overlays_merge_the_chart_defaults_and_check_gpu_memory(tiny_mode
     assert "memory per GPU" in failed(run_dryrun(small, str(tiny_model))[1])
 
 
+def test_the_report_says_whether_the_trainer_shares_prefixes(tiny_model, tmp_path):
+    assert run_dryrun(CHART / "values.yaml", str(tiny_model))[2]["trainer"]["share_prefix"] == 64
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for trainer, shared in (({"sharePrefix": None}, None), ({"packTokens": None}, None), ({"sharePrefix": 1024}, 1024)):
+        overlay = tmp_path / "values.yaml"
+        overlay.write_text(yaml.safe_dump({**values, "trainer": {**values["trainer"], **trainer}}))
+        assert run_dryrun(overlay, str(tiny_model))[2]["trainer"]["share_prefix"] == shared, trainer
+
+
 def test_parameter_estimate_matches_a_real_model():
     config = Qwen2Config(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                          num_key_value_heads=2, tie_word_embeddings=False)

@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rlstack.trainer import attention
 from rlstack.trainer.batch import to_tensors
 from rlstack.trainer.loss import GRPOLossConfig
-from rlstack.trainer.packing import micro_batches, shared_tokens
+from rlstack.trainer.packing import assign_ranks, micro_batches, shared_tokens
 from rlstack.trainer.prefix_tree import build_forest, fit, lay_out
 from rlstack.trainer.step import grpo_step, policy_logprobs
 
@@ -175,7 +175,8 @@ def test_a_tree_over_the_row_budget_is_split_into_trees_that_fit():
     seqs = {i: np.concatenate([prompt, 100 + i * 10 + np.arange(10)]) for i in range(8)}
     assert [t.size() for t in fit(seqs, 4, 10_000)] == [40 + 8 * 10]
     trees = fit(seqs, 4, 100)
-    assert all(t.size() <= 100 for t in trees) and sorted(s for t in trees for s in t.sequences()) == list(range(8))
+    assert sorted(s for t in trees for s in t.sequences()) == list(range(8))
+    assert [t.size() for t in trees] == [40 + 6 * 10, 40 + 2 * 10]  # as few trees as fit, each with the prompt again
     row = lay_out(trees[:1], seqs)
     assert row.layout.key_lengths[0] == 40 and row.layout.key_lengths[1:] == [50] * (len(row.layout.key_lengths) - 1)
 
@@ -190,3 +191,21 @@ def test_shared_tokens_counts_what_the_trees_remove():
 
 def total_of(groups: list[dict]) -> int:
     return sum(len(t) - 1 for g in groups for t in g["tokens"])
+
+
+def test_ranks_keep_a_groups_sequences_together_where_balance_allows():
+    groups = grpo_groups() + grpo_groups(seed=5)
+    batch = to_tensors(groups)
+    starts = [0, 4, 8, 12]  # the four groups' first rows
+    shares = assign_ranks(batch, 2, share_prefix=4)
+    assert sorted(i for s in shares for i in s) == list(range(16))
+    for share in shares:  # whole groups: a rank holds each of its prompts once
+        assert {i // 4 for i in share} == {g for g in range(4) if starts[g] in share} and len(share) % 4 == 0
+    # Sixteen ranks for four groups: groups are split, so no rank holds more than a rank's share and one piece.
+    fair = batch.trained_tokens / 16
+    shares = assign_ranks(batch, 16, share_prefix=4)
+    assert sorted(i for s in shares for i in s) == list(range(16))
+    assert max(int(batch.loss_mask[s].sum()) for s in shares if s) <= 2 * fair
+    parts = [micro_batches(batch, r, 2, 8, 4096, 0, share_prefix=4) for r in range(2)]
+    assert len(parts[0]) == len(parts[1]) and all(p.tree is not None for ps in parts for p in ps)
+    assert sum(p.tokens for ps in parts for p in ps) == batch.trained_tokens
