@@ -101,17 +101,20 @@ class PolicyLogprobs(torch.nn.Module):
             return torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device).masked_scatter(mask, picked)
         picked = chunked_logprobs(head, hidden.flatten(0, 1).index_select(0, trained_index), targets.flatten().index_select(0, trained_index),
                                   self.chunk)
-        flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
-        return flat.view(mask.shape)
+        return _scatter(picked, trained_index, mask)
 
     def _tree_forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None,
                       tree: TreeLayout, trained_index: torch.Tensor | None, trained_rows: torch.Tensor | None) -> torch.Tensor:
         model = self.model
         if getattr(getattr(model, "config", None), "_attn_implementation", None) != NAME:
             raise ValueError(f"prefix-tree rows need attn_implementation={NAME!r} (the trainer's attention=varlen)")
-        hidden = model.get_decoder()(input_ids=input_ids, position_ids=position_ids, attention_mask=None, use_cache=False,
-                                     prefix_tree=tree).last_hidden_state.flatten(0, 1)
-        head = model.get_output_embeddings()
+        kwargs = {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None, "use_cache": False, "prefix_tree": tree}
+        decoder = getattr(model, "get_decoder", lambda: None)()
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if decoder is None or head is None or getattr(model.config, "final_logit_softcapping", None) is not None:
+            logits = model(**kwargs).logits.index_select(1, tree.hidden_index)  # the row's logits, in the unshared layout
+            return token_logprobs(logits, targets)
+        hidden = decoder(**kwargs).last_hidden_state.flatten(0, 1)
         if mask is None:
             return chunked_logprobs(head, hidden.index_select(0, tree.hidden_index), targets.flatten(), self.chunk).view(targets.shape)
         if trained_index is None:
@@ -119,5 +122,10 @@ class PolicyLogprobs(torch.nn.Module):
         if trained_rows is None:
             trained_rows = tree.hidden_index.index_select(0, trained_index)
         picked = chunked_logprobs(head, hidden.index_select(0, trained_rows), targets.flatten().index_select(0, trained_index), self.chunk)
-        flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
-        return flat.view(mask.shape)
+        return _scatter(picked, trained_index, mask)
+
+
+def _scatter(picked: torch.Tensor, trained_index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The trained tokens' logprobs at their places in ``mask``'s shape, 0 elsewhere."""
+    flat = torch.zeros(mask.numel(), dtype=picked.dtype, device=picked.device).index_put((trained_index,), picked)
+    return flat.view(mask.shape)

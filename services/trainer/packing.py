@@ -18,7 +18,7 @@ is an ordinary packed row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -172,10 +172,8 @@ def shared(batch: TrainBatch, rows: list[int], pack_tokens: int, share_prefix: i
             out.append(_packed_row(batch, sorted(s for t in mine for s in t.sequences()), size, same))
             continue
         laid = lay_out(mine, seqs)
-        part = _packed_row(batch, laid.layout.sequences, size, same)
-        part.input_ids, part.position_ids, part.tree = laid.input_ids, laid.position_ids, laid.layout
-        part.sequence_lengths = part.cu_seq_lens = None
-        out.append(part)
+        out.append(replace(_packed_row(batch, laid.layout.sequences, size, same), input_ids=laid.input_ids, position_ids=laid.position_ids,
+                           tree=laid.layout, sequence_lengths=None, cu_seq_lens=None))
     return out
 
 

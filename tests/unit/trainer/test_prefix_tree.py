@@ -209,3 +209,20 @@ def test_ranks_keep_a_groups_sequences_together_where_balance_allows():
     parts = [micro_batches(batch, r, 2, 8, 4096, 0, share_prefix=4) for r in range(2)]
     assert len(parts[0]) == len(parts[1]) and all(p.tree is not None for ps in parts for p in ps)
     assert sum(p.tokens for ps in parts for p in ps) == batch.trained_tokens
+
+
+def test_a_soft_capped_head_takes_the_full_logits_path_on_tree_rows_too():
+    """Gemma 2 caps its logits, so its head is more than a linear map: the row's logits are taken whole."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=16, final_logit_softcapping=5.0)
+    m = Gemma2ForCausalLM(config)
+    m.set_attn_implementation(attention.register())
+    groups = nested()
+    packed_stats, packed_grads = step(m, groups, 4096, None)
+    shared_stats, shared_grads = step(m, groups, 4096, 4)
+    assert shared_stats.loss == pytest.approx(packed_stats.loss, abs=1e-6)
+    for name, grad in packed_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
