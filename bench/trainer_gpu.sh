@@ -3,7 +3,8 @@
 # torchrun on the shapes of issue 29, one after another, each bounded in time. Every figure goes
 # to $RESULTS (one JSON line per shape) and the log; kernel tables to $PROFILE.
 #   OUT=/some/dir bash bench/trainer_gpu.sh [case ...]
-# cases: tests 1.5b 1.5b-profile 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k shared shared-agent
+# cases: tests 1.5b 1.5b-profile 1.5b-process 1.5b-sdpa 0.5b-32k 7b-lora-32k shared shared-agent shared-fsdp shared-wal
+# (shared-wal replays WAL=<a batcher.wal> on the 1.5B shape)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT=${OUT:-runs/bench-gpu}
@@ -42,6 +43,11 @@ for c in "${cases[@]}"; do
     # an agent's shape: groups of 8 over a 7,680-token prompt (claude-code's first call), 512-2048 tokens each
     shared-agent) process 150 --shape qwen2-1.5b --groups 2 --group-size 8 --prompt 7680 --completion 512:2048 \
             --pack-tokens 16384 --paths packed,shared --repeats 2 ;;
+    # the same under torchrun: FSDP2, bf16 mixed precision over float32 master weights
+    shared-fsdp) bench 200 --shape qwen2-1.5b --groups 16 --group-size 8 --prompt 512 --completion 256:512 \
+            --pack-tokens 16384 --paths packed,shared ;;
+    # a run's own batches (make run-agent's batcher.wal), 256 sequences a step
+    shared-wal) process 200 --shape qwen2-1.5b --groups-from "$WAL" --batch-size 256 --pack-tokens 16384 --paths packed,shared ;;
     *) echo "unknown case $c" ;;
   esac
 done

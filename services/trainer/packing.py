@@ -55,16 +55,17 @@ class MicroBatch:
         fields = dict(self.__dict__)
         if fields["trained_index"] is None:
             fields["trained_index"] = self.loss_mask.flatten().nonzero().squeeze(1)
-        if self.tree is not None:
-            if fields["trained_rows"] is None:
-                fields["trained_rows"] = self.tree.hidden_index.index_select(0, fields["trained_index"])
-            fields["tree"] = self.tree.to(device)
+        if self.tree is not None and fields["trained_rows"] is None:
+            fields["trained_rows"] = self.tree.hidden_index.index_select(0, fields["trained_index"])
         pinned = device.type == "cuda"
 
         def move(v: torch.Tensor) -> torch.Tensor:
             if pinned and v.device.type == "cpu":
                 return v.pin_memory().to(device, non_blocking=True)
             return v.to(device)
+
+        if self.tree is not None:
+            fields["tree"] = self.tree.apply(move)
 
         return MicroBatch(**{k: (move(v) if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
 
