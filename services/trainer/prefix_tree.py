@@ -62,9 +62,7 @@ def _common_end(seqs: dict[int, np.ndarray], members: list[int], depth: int) -> 
     for m in members[1:]:
         if end <= depth:
             break
-        diff = np.flatnonzero(seqs[m][depth:end] != first[depth:end])
-        if diff.size:
-            end = depth + int(diff[0])
+        end = depth + _common_start(first[depth:end], seqs[m][depth:end])
     return end
 
 
