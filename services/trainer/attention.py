@@ -98,10 +98,10 @@ def _per_sequence(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, b
     return torch.cat(parts, dim=2).transpose(1, 2)
 
 
-def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: torch.Tensor, longest: int,
-            scale: float | None) -> torch.Tensor:
+def _kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor, max_q: int, max_k: int,
+                 scale: float | None) -> torch.Tensor:
+    """torch's varlen kernel, causal, on ``[T, H, D]`` tensors (grouped KV heads expanded where it cannot take them)."""
     kernel, causal, gqa = _varlen_kernel()
-    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     extra = {}
     if q.shape[1] != k.shape[1]:
         if gqa:
@@ -109,25 +109,21 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds:
         else:
             groups = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, **causal, **extra).unsqueeze(0)
+
+
+def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: torch.Tensor, longest: int,
+            scale: float | None) -> torch.Tensor:
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     bounds = bounds.to(device=q.device, dtype=torch.int32)
-    out = kernel(q, k, v, bounds, bounds, longest, longest, scale=scale, **causal, **extra)
-    return out.unsqueeze(0)
+    return _kernel_call(q, k, v, bounds, bounds, longest, longest, scale)
 
 
 def _tree(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, tree: TreeLayout, scale: float | None) -> torch.Tensor:
     """Each node over its ancestors' keys and its own; ``[1, H, T, D]`` in, ``[1, T, H, D]`` out."""
     if varlen_available(query):
-        kernel, causal, gqa = _varlen_kernel()
-        q = query[0].transpose(0, 1)
         k, v = (t[0].transpose(0, 1).index_select(0, tree.key_index) for t in (key, value))
-        extra = {}
-        if q.shape[1] != k.shape[1]:
-            if gqa:
-                extra["enable_gqa"] = True
-            else:
-                groups = q.shape[1] // k.shape[1]
-                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        return kernel(q, k, v, tree.cu_q, tree.cu_k, tree.max_q, tree.max_k, scale=scale, **causal, **extra).unsqueeze(0)
+        return _kernel_call(query[0].transpose(0, 1), k, v, tree.cu_q, tree.cu_k, tree.max_q, tree.max_k, scale)
     parts, q_lo, k_lo = [], 0, 0
     for n_q, n_k in zip(tree.node_lengths, tree.key_lengths):
         q = query[:, :, q_lo:q_lo + n_q]
