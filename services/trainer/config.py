@@ -109,9 +109,11 @@ class TrainerSettings(PolicySettings):
     """Recompute each decoder layer's activations in backward instead of keeping them: long
     sequences fit in a fraction of the memory for about a third more compute."""
     mixed_precision: Literal["auto", "bf16", "off"] = "auto"
-    """Under torchrun, bf16: bf16 parameters and compute, float32 gradient reduction and master
-    weights (FSDP2's MixedPrecisionPolicy). off: float32 throughout. auto: bf16 on GPUs, off on
-    CPUs (where bf16 matmuls are slower than float32 without AMX)."""
+    """bf16: bf16 compute over float32 master weights and optimiser state: bf16 autocast in a plain
+    process (GPU or CPU), FSDP2's MixedPrecisionPolicy under torchrun (bf16 parameters, float32
+    gradient reduction). off: float32 throughout. auto: bf16 on GPUs, off on CPUs: a CPU without
+    native bf16 (AVX512_BF16 or AMX) runs bf16 matmuls several times slower than float32, and the
+    default should not depend on which CPU a run lands on (docs/trainer.md#precision)."""
     cpu_offload: bool = False
     """Under torchrun: keep the sharded parameters, gradients and optimiser state in CPU memory
     (FSDP2's CPUOffloadPolicy; the optimiser step runs on the CPU). Fits larger models, slower."""

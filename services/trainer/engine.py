@@ -40,6 +40,13 @@ def base_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+def computes_in_bf16(settings: TrainerSettings, device: torch.device) -> bool:
+    """``mixed_precision`` resolved for the device the policy trains on (auto: bf16 on GPUs only)."""
+    if settings.mixed_precision == "auto":
+        return device.type == "cuda"
+    return settings.mixed_precision == "bf16"
+
+
 def attn_implementation(settings: TrainerSettings) -> str:
     """The transformers ``attn_implementation`` for ``settings.attention`` (ours is registered first)."""
     return attention.register() if settings.attention == "varlen" else settings.attention
@@ -123,8 +130,7 @@ class Engine:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy = PolicyLogprobs(model, s.logprob_chunk)
         if ctx.launched:
-            bf16 = s.mixed_precision == "bf16" or (s.mixed_precision == "auto" and ctx.device.type == "cuda")
-            shard(policy, model, ctx, mixed_precision=bf16, cpu_offload=s.cpu_offload)
+            shard(policy, model, ctx, mixed_precision=computes_in_bf16(s, ctx.device), cpu_offload=s.cpu_offload)
             if not s.cpu_offload:
                 policy.to(ctx.device)
         elif ctx.device.type == "cuda":
@@ -143,10 +149,11 @@ class Engine:
         batch = to_tensors(groups)
         mismatch = MismatchAccumulator()
         rows = pick_rows(batch, version, self.versions, self.s.mismatch_sample, seed=version)
-        score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx)
+        bf16 = computes_in_bf16(self.s, self.ctx.device)
+        score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx, bf16=bf16)
         return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
                          version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch,
-                         share_prefix=self.s.share_prefix if self.s.attention == "varlen" else None)
+                         share_prefix=self.s.share_prefix if self.s.attention == "varlen" else None, bf16=bf16)
 
     def remember(self, version: int) -> None:
         """Keep the current weights as ``version`` (called when they are published)."""

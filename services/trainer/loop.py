@@ -28,7 +28,7 @@ from rlstack.common.contracts.registry import Endpoint
 from rlstack.trainer import checkpoint
 from rlstack.trainer.batch import row_versions
 from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
-from rlstack.trainer.engine import Engine, ShardedPolicy, load_policy  # noqa: F401 - load_policy: imported from here by tests
+from rlstack.trainer.engine import Engine, ShardedPolicy, computes_in_bf16, load_policy  # noqa: F401 - load_policy: imported from here by tests
 from rlstack.trainer.metrics import TrainerMetrics
 from rlstack.trainer.report import (
     EvalRecord,
@@ -36,6 +36,7 @@ from rlstack.trainer.report import (
     StepRecord,
     append_line,
     count_trajectories,
+    model_info,
     plot,
     read_lines,
     summarize,
@@ -134,6 +135,8 @@ class TrainingLoop:
         """What the publisher syncs: the model itself, or a handle on the sharded one under torchrun."""
         self.step = 0
         self.weight_version = 0
+        self.served_dtypes: set[str] = set()
+        """What the replicas compute in, from every served-weights check (the summary names it)."""
         self.started = time.monotonic()
         token = settings.batcher_token.get_secret_value() if settings.batcher_token else None
         self.batcher = BatcherClient(str(settings.batcher_url), token, timeout=60)
@@ -141,6 +144,12 @@ class TrainingLoop:
         self.tracker: WandbTracker | None = None
         self.recent_rewards: deque[float] = deque(maxlen=10)
         """The last 10 steps' mean reward, for /status (kept here, not re-read from metrics.jsonl)."""
+
+    @property
+    def trainer_dtype(self) -> str:
+        """What the policy computes in (``mixed_precision`` resolved for its device), for the summary."""
+        bf16 = self.engine is not None and computes_in_bf16(self.s, self.engine.ctx.device)
+        return "bfloat16 compute (float32 master weights)" if bf16 else "float32"
 
     # -- set-up ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -152,6 +161,7 @@ class TrainingLoop:
         self.engine = Engine(self.s)
         self.engine.call("load", resume)
         self.model = ShardedPolicy(self.engine) if self.engine.ctx.launched else self.engine.model
+        log.info("training %s in %s", self.s.model, self.trainer_dtype)
         if resume is not None:
             state = checkpoint.load_state(resume)
             self.step, self.weight_version = state.step, state.weight_version
@@ -313,6 +323,7 @@ class TrainingLoop:
         self.weight_version = report.version
         await asyncio.to_thread(self.engine.call, "remember", self.weight_version)  # rows sampled by it are checked under it
         self.metrics.observe_sync(report)
+        self.served_dtypes.update(probe.dtype for probe in report.probes.values() if probe.dtype)
         return report.seconds
 
     async def train_one(self) -> StepRecord:
@@ -327,6 +338,7 @@ class TrainingLoop:
         record = StepRecord(
             step=self.step, weight_version=self.weight_version, loss=stats.loss, reward_mean=stats.reward_mean,
             reward_std=stats.reward_std, kl=stats.kl, clip_fraction=stats.clip_fraction, ratio_mean=stats.ratio_mean,
+            is_weight_mean=stats.is_weight_mean, is_capped=stats.is_capped,
             grad_norm=stats.grad_norm, tokens=stats.tokens, step_seconds=stats.seconds,
             tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
             staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
@@ -413,6 +425,7 @@ class TrainingLoop:
         summary = summarize(records, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
                             sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
                             model=str(self.s.model), seconds=time.monotonic() - self.started, evals=evals,
+                            model_info=model_info(str(self.s.model), self.trainer_dtype, sorted(self.served_dtypes)), seed=self.s.seed,
                             agent=trials.agent if trials else None, merge_share=trials.merge_share if trials else None,
                             trial_stats=trials)
         write_summary(self.run_dir / "summary.json", summary)

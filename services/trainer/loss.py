@@ -48,11 +48,12 @@ def grpo_loss(
     adv = adv.to(logprobs.dtype).expand_as(logprobs)
     if config.tis_cap is None:
         ratio = torch.exp(logprobs - inference_logprobs)
-        is_weight = torch.ones_like(logprobs)
+        is_weight, capped = torch.ones_like(logprobs), torch.zeros_like(logprobs)
     else:
         behaviour = logprobs.detach()
         ratio = torch.exp(logprobs - behaviour)
-        is_weight = torch.exp(behaviour - inference_logprobs).clamp(max=config.tis_cap)
+        raw = torch.exp(behaviour - inference_logprobs)
+        is_weight, capped = raw.clamp(max=config.tis_cap), (raw > config.tis_cap).to(logprobs.dtype)
     clipped_ratio = ratio.clamp(1 - config.clip_low, 1 + config.clip_high)
     surrogate = torch.minimum(ratio * adv, clipped_ratio * adv)
     surrogate = torch.where(adv < 0, torch.maximum(surrogate, config.dual_clip * adv), surrogate)
@@ -71,6 +72,7 @@ def grpo_loss(
             "ratio_mean": (ratio * mask).sum() / tokens,
             "kl": (kl * mask).sum() / tokens,
             "is_weight_mean": (is_weight * mask).sum() / tokens,
+            "is_capped": (capped * mask).sum() / tokens,
             "tokens": mask.sum(),
         }
     return loss, stats

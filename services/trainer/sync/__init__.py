@@ -92,11 +92,23 @@ def full_weights(model) -> list[tuple[str, torch.Tensor]]:  # noqa: ANN001 - a t
     return [(name, p.detach().contiguous()) for name, p in model.state_dict().items() if not (tied and name.endswith("lm_head.weight"))]
 
 
-async def save_version(model, shared_dir: Path, version: int) -> tuple[Path, float]:  # noqa: ANN001 - a PreTrainedModel or PeftModel
-    """``save_pretrained`` into ``<shared_dir>/v<version>`` off the event loop; the path and the seconds it took."""
+async def save_version(model, shared_dir: Path, version: int, dtype: torch.dtype | None = None) -> tuple[Path, float]:  # noqa: ANN001 - a PreTrainedModel or PeftModel
+    """``save_pretrained`` into ``<shared_dir>/v<version>`` off the event loop; the path and the seconds it took.
+
+    ``dtype``: write the tensors cast to it (bf16 for bf16 replicas: half the bytes to write and read, and
+    the same values, since a replica casting float32 on load rounds them the same way). A policy
+    sharded over torchrun ranks writes its own dtype."""
     start = time.perf_counter()
     path = shared_dir / f"v{version:06d}"
-    await asyncio.to_thread(model.save_pretrained, path, safe_serialization=True)
+
+    def save() -> None:
+        if dtype is None or not hasattr(model, "state_dict"):
+            model.save_pretrained(path, safe_serialization=True)
+            return
+        state = {name: t.detach().to(dtype) if t.is_floating_point() else t for name, t in model.state_dict().items()}
+        model.save_pretrained(path, safe_serialization=True, state_dict=state)
+
+    await asyncio.to_thread(save)
     return path, time.perf_counter() - start
 
 

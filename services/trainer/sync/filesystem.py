@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -26,6 +27,11 @@ from rlstack.trainer.sync import (
     replica_headers,
     save_version,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlstack.common.contracts.registry import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ class FilesystemPublisher:
     def __init__(self, shared_dir: Path, registry: RegistryClient, served_model_name: str, replica_api_key: str | None = None,
                  keep_versions: int = 2) -> None:
         self.shared_dir = shared_dir
+        self.dtypes: dict[str, str | None] = {}
+        """Each replica's compute dtype (its worker's report), asked once per replica URL."""
         self.registry = registry
         self.served_model_name = served_model_name
         self.headers = replica_headers(replica_api_key)
@@ -49,14 +57,32 @@ class FilesystemPublisher:
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers PreTrainedModel
         start = time.perf_counter()
-        path, saved = await save_version(model, self.shared_dir, version)
         endpoints = await self.registry.sync_targets(self.served_model_name)
         async with httpx.AsyncClient(timeout=600, headers=self.headers) as client:
+            path, saved = await save_version(model, self.shared_dir, version, await self._served_dtype(client, endpoints))
             done, failed = await fan_out(endpoints, lambda e: self._reload(client, str(e.url).rstrip("/"), path, version))
         await asyncio.to_thread(self._prune, version)  # rmtree of old versions, off the event loop
         report = SyncReport(version=version, seconds=time.perf_counter() - start, save_seconds=saved, replicas=done, failed=failed)
-        log.info("weights v%d on %d replica(s) in %.2fs", version, len(endpoints), report.seconds)
+        log.info("weights v%d on %d replica(s) in %.2fs (save %.2fs)", version, len(endpoints), report.seconds, saved)
         return report
+
+    async def _served_dtype(self, client: httpx.AsyncClient, endpoints: list[Endpoint]) -> torch.dtype | None:
+        """bf16 when every replica computes in bf16: they load the float32 weights rounded the same way, so
+        writing them rounded halves the bytes saved and read for the same served values. Otherwise (float32
+        replicas, mixed ones, a replica that cannot say) the trainer's own dtype."""
+        import torch
+
+        from rlstack.trainer.sync.verify import replica_dtype
+
+        for e in endpoints:
+            url = str(e.url).rstrip("/")
+            if url not in self.dtypes:
+                try:
+                    self.dtypes[url] = await replica_dtype(client, url)
+                except httpx.HTTPError:
+                    return None  # asked again at the next sync
+        served = {self.dtypes[str(e.url).rstrip("/")] for e in endpoints}
+        return torch.bfloat16 if served == {"bfloat16"} else None
 
     async def _reload(self, client: httpx.AsyncClient, url: str, path: Path, version: int) -> None:
         await reload_from(client, url, path, version)

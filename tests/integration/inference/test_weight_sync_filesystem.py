@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from rlstack.common.registry_client import RegistryClient
@@ -46,6 +47,10 @@ def test_filesystem_sync_puts_the_trainers_weights_in_vllm(registry, sync_replic
 
     report = asyncio.run(publish())
     assert report.replicas == ["replica-sync"] and report.seconds > 0
+    # The replica computes in bf16 (vLLM's CPU default for a float32 checkpoint): the weights were written
+    # rounded to bf16, as it would round them on load, and it serves the trainer's step all the same.
+    with safe_open(tmp_path / "weights" / "v000001" / "model.safetensors", "pt") as published:
+        assert {published.get_slice(name).get_dtype() for name in published.keys()} == {"BF16"}
 
     served = vllm_logprobs(replica.vllm_url, SERVED)
     assert gap(served, new) < TOLERANCE

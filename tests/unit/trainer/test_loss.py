@@ -78,6 +78,7 @@ def test_truncated_importance_sampling_caps_the_inference_ratio():
     # token contributes -A * min(p_trainer / p_inference, cap).
     assert loss.item() == pytest.approx(-(2.0 + 1.0 + 0.5) / 3, rel=1e-5)
     assert float(stats["is_weight_mean"]) == pytest.approx((2.0 + 1.0 + 0.5) / 3, rel=1e-5)
+    assert float(stats["is_capped"]) == pytest.approx(1 / 3)  # the first token's 3.0 was cut to 2
     loss.backward()
     # d/d logp of -A * w * exp(logp - stop_grad(logp)) / n = -A * w / n
     assert torch.allclose(trainer.grad, torch.tensor([[-2.0, -1.0, -0.5]]) / 3, atol=1e-6)
@@ -88,4 +89,4 @@ def test_without_tis_the_ratio_is_taken_against_inference():
     inference = torch.log(torch.tensor([[0.2]]))
     loss, stats = grpo_loss(trainer, inference, torch.tensor([1.0]), torch.ones(1, 1), CFG)
     assert loss.item() == pytest.approx(-1.2, rel=1e-5)  # ratio 3 clipped to 1.2
-    assert float(stats["is_weight_mean"]) == 1.0
+    assert float(stats["is_weight_mean"]) == 1.0 and float(stats["is_capped"]) == 0.0

@@ -70,3 +70,23 @@ def test_masked_projection_equals_the_full_forward_and_its_gradient():
     model.zero_grad()
     (full * mask).sum().backward()
     assert torch.allclose(grad_picked, model.lm_head.weight.grad, atol=1e-5)
+
+
+def test_bf16_on_a_cpu_computes_in_bf16_over_float32_weights(model):
+    """``mixed_precision=bf16`` in a plain process: the step's forward is bf16 (its logprobs differ from the
+    float32 step's by bf16 rounding, not by nothing), the weights and their update stay float32, and the
+    step still moves probability towards reward."""
+    good, bad = [20, 21, 22], [30, 31, 32]
+    batch = to_tensors([group(model, [good, bad, good, bad], [1.0, 0.0, 1.0, 0.0])])
+    twin = Qwen2ForCausalLM(model.config).float()
+    twin.load_state_dict(model.state_dict())
+    before_good = sum(own_logprobs(model, [1, 2, 3, *good]))
+    full = grpo_step(twin, torch.optim.AdamW(twin.parameters(), lr=1e-2), batch, GRPOLossConfig(), micro_batch_size=4,
+                     current_version=0, bf16=False)
+    half = grpo_step(model, torch.optim.AdamW(model.parameters(), lr=1e-2), batch, GRPOLossConfig(), micro_batch_size=4,
+                     current_version=0, bf16=True)
+    # The batch's logprobs are float32's own: float32 reads them back to float noise, bf16 to its rounding.
+    assert full.mismatch.abs_mean < 1e-5
+    assert 1e-4 < half.mismatch.abs_mean < 0.1
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert sum(own_logprobs(model, [1, 2, 3, *good])) > before_good
