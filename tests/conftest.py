@@ -37,14 +37,46 @@ def pytest_addoption(parser) -> None:  # noqa: ANN001
     parser.addoption("--matrix", action="store_true", help="run every cell of the agent x model-family matrix (make matrix)")
 
 
+def pytest_configure(config) -> None:  # noqa: ANN001
+    config.addinivalue_line("markers", "prebuilt(name): needs a background build (tests/helpers/prebuild.py); runs last")
+
+
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
-    """Cells marked ``matrix`` run under ``make matrix`` (``--matrix``); the suite runs the diagonal."""
-    if config.getoption("--matrix"):
-        return
-    kept = [item for item in items if item.get_closest_marker("matrix") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("matrix") is not None])
-        items[:] = kept
+    """Cells marked ``matrix`` run under ``make matrix`` (``--matrix``); the suite runs the diagonal.
+    Tests marked ``prebuilt`` move to the end, in the order of their jobs (``PREBUILD_ORDER``)."""
+    if not config.getoption("--matrix"):
+        kept = [item for item in items if item.get_closest_marker("matrix") is None]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("matrix") is not None])
+            items[:] = kept
+    from tests.helpers.prebuild import ORDER
+
+    def job(item) -> str | None:  # noqa: ANN001
+        marker = item.get_closest_marker("prebuilt")
+        return marker.args[0] if marker else None
+
+    late = sorted((item for item in items if job(item)), key=lambda item: ORDER.index(job(item)))
+    items[:] = [item for item in items if not job(item)] + late
+    config.stash[PREBUILDS] = list(dict.fromkeys(job(item) for item in late))
+
+
+PREBUILDS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session) -> None:  # noqa: ANN001
+    """The background builds start once collection is done, never for --collect-only."""
+    names = session.config.stash.get(PREBUILDS, [])
+    if names and not session.config.option.collectonly:
+        from tests.helpers.prebuild import SESSION
+
+        SESSION.start(names)
+
+
+def pytest_sessionfinish(session) -> None:  # noqa: ANN001
+    from tests.helpers.prebuild import SESSION
+
+    SESSION.stop()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001

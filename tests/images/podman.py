@@ -57,16 +57,27 @@ def ensure_base() -> str:
     return BASE
 
 
-@contextlib.contextmanager
-def built(dockerfile: str, tag: str, *build_args: str) -> Iterator[str]:
-    """The image, removed again afterwards: each run left its images behind (the tagged ones and
-    every build stage's, ~2.6 GB on disk), until a machine that runs the suite often had no disk left.
-    ``--layers=false`` keeps no image per step or stage, only the final one."""
+def build(dockerfile: str, tag: str, *build_args: str) -> str:
+    """``--layers=false`` keeps no image per step or stage, only the final one: each run used to leave
+    its images behind (the tagged ones and every build stage's, ~2.6 GB on disk), until a machine that
+    runs the suite often had no disk left."""
     mounts = ["-v", f"{HOST_WHEELS}:/opt/wheels:ro"] if HOST_WHEELS.is_dir() else []
     args = [arg for pair in build_args for arg in ("--build-arg", pair)]
+    run(*PODMAN, "build", "--network=host", "--layers=false", *LIMITS, *mounts,
+        "--build-arg", f"BASE_IMAGE={ensure_base()}", *args, "-f", str(REPO / dockerfile), "-t", tag, str(REPO))
+    return tag
+
+
+@contextlib.contextmanager
+def removed_after(tag: str) -> Iterator[str]:
+    """The image, removed again afterwards (whether or not the test passed)."""
     try:
-        run(*PODMAN, "build", "--network=host", "--layers=false", *LIMITS, *mounts,
-            "--build-arg", f"BASE_IMAGE={ensure_base()}", *args, "-f", str(REPO / dockerfile), "-t", tag, str(REPO))
         yield tag
     finally:
         run(*PODMAN, "rmi", "-f", tag, check=False)
+
+
+if __name__ == "__main__":  # the suite's background build (tests/helpers/prebuild.py): DOCKERFILE TAG [ARG=VALUE ...]
+    import sys
+
+    build(sys.argv[1], sys.argv[2], *sys.argv[3:])

@@ -1,5 +1,8 @@
 """The trainer and proxy images build (under podman, from a debootstrap base) and a service from
-each answers /healthz, then exits 0 on SIGTERM: python is PID 1 and gets the signal itself."""
+each answers /healthz, then exits 0 on SIGTERM: python is PID 1 and gets the signal itself.
+
+The builds run in the background from the session's start (``tests/helpers/prebuild.py``); these
+tests run last and wait for them."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.helpers.prebuild import SESSION
 from tests.helpers.wait import wait_until
-from tests.images.podman import LIMITS, PODMAN, built, missing_tools, run
+from tests.images.podman import LIMITS, PODMAN, missing_tools, removed_after, run
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,16 +44,20 @@ def serve_and_stop(image: str, module: str, env: dict[str, str], port: int) -> N
         subprocess.run([*PODMAN, "rm", "-f", name], capture_output=True)
 
 
+@pytest.mark.prebuilt("image-trainer")
 def test_trainer_image_runs_a_service():
-    with built("Dockerfile.trainer", "localhost/rlstack-trainer:test", "TORCH_INDEX_URL=https://pypi.org/simple") as image:
+    with removed_after("localhost/rlstack-trainer:test") as image:
+        SESSION.wait("image-trainer")
         port = free_port()
         serve_and_stop(image, "rlstack.registry", {"RLSTACK_REGISTRY_PORT": str(port)}, port)
         # The trainer's own imports (torch, transformers, peft) resolve in the image.
         run(*PODMAN, "run", "--rm", *LIMITS, image, "python", "-c", "import torch, transformers, peft, rlstack.trainer.loop")
 
 
+@pytest.mark.prebuilt("image-proxy")
 def test_proxy_image_runs_the_proxy():
-    with built("Dockerfile.proxy", "localhost/rlstack-proxy:test") as image:
+    with removed_after("localhost/rlstack-proxy:test") as image:
+        SESSION.wait("image-proxy")
         port = free_port()
         serve_and_stop(image, "rlstack.proxy", {"RLSTACK_PROXY_PORT": str(port), "RLSTACK_PROXY_TRIALS_DIR": "/tmp/trials",
                                                 "RLSTACK_PROXY_REGISTRY_URL": f"http://127.0.0.1:{free_port()}"}, port)

@@ -21,18 +21,18 @@ from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import read_trajectory
 from rlstack.episodes.assemble import assemble
 from tests.conftest import REPO
+from tests.helpers.prebuild import SESSION
 
 STEPS = 2
+pytestmark = pytest.mark.prebuilt("agent-demo")
 
 
 @pytest.fixture(scope="module")
-def agent_demo(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("agent-demo")
-    model, tasks = root / "model", root / "tasks"
-    done = subprocess.run([sys.executable, "-m", "rlstack.cli", "make-agent-demo", "--out", str(model),
-                           "--tasks-out", str(tasks), "--tasks", "16"], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return model, tasks
+def agent_demo() -> tuple[Path, Path]:
+    """``rlstack make-agent-demo --tasks 16``, run in the background from the session's start
+    (``tests/helpers/prebuild.py``)."""
+    root = SESSION.wait("agent-demo").out
+    return root / "model", root / "tasks"
 
 
 def set_flag(args: list[str], flag: str, value: str) -> None:

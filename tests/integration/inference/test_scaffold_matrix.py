@@ -45,10 +45,13 @@ from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
 from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
-from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
 from rlstack.modelkit.teacher_forcing import TASKS_ENV, TURN_END, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
+from tests.helpers.prebuild import SESSION
 from tests.integration.inference.conftest import ReplicaHandle, start_replica
+from tests.integration.inference.scaffold_demo import AGENTS
+
+pytestmark = pytest.mark.prebuilt("scaffold-demo")
 
 SERVED = "cc-demo"
 """Its own served name: the session's shared proxy never routes to this replica."""
@@ -64,17 +67,12 @@ checked for the whole chain all the same."""
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory, claude_bin, codex_bin, opencode_bin) -> tuple[Path, list[Path]]:
-    """Four tasks captured with the teacher per agent, learnt by heart (the policy need not generalise here,
-    but codex's tool output carries a random chunk id and a wall time: it must read past them)."""
-    root = tmp_path_factory.mktemp("cc-demo")
-    spec = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300,
-                              tokenizer_prose_bytes=300_000,
-                              batch_size=4, lr=3e-3, lr_end=0.1, max_seconds=900)
-    captures = {agent: root / agent for agent in ("builtin", "claude-code", "codex", "opencode")}
-    record = build_cli_agent_demo(root / "model", captures, spec, progress=False)
+def demo_model(claude_bin, codex_bin, opencode_bin) -> tuple[Path, list[Path]]:
+    """The demo policy ``scaffold_demo`` built in the background (``tests/helpers/prebuild.py``)."""
+    root = SESSION.wait("scaffold-demo").out
+    record = json.loads((root / "record.json").read_text())
     assert record["conversations"] == 16 and record["thread_breaks"] == 0
-    return root / "model", list(captures.values())
+    return root / "model", [root / agent for agent in AGENTS]
 
 
 @pytest.fixture(scope="module")
