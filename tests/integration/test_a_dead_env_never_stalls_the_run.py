@@ -75,10 +75,15 @@ def test_a_silent_env_loses_its_share_when_its_lease_runs_out(service_factory, t
     report = ProgressReport.model_validate(httpx.get(f"{batcher.url}/progress").json())
     by_id = {e.env_id: e for e in report.envs}
     assert not by_id[dead].live and by_id[alive].live and by_id[alive].queued_sequences == 24
-    while f"env {dead} (agent_0) silent" not in batcher.log() and time.monotonic() < deadline:  # the once-a-second sweep
+    # The live env goes on polling while the once-a-second sweep names the silent one: a wait without
+    # polls lets its own 1 s lease lapse too (a CI run read 0 envs live after a slow sweep).
+    while f"env {dead} (agent_0) silent" not in batcher.log() and time.monotonic() < deadline:
+        status()
         time.sleep(0.2)
-    assert sample(httpx.get(f"{batcher.url}/metrics").text, "rlstack_batcher_env_leases_expired_total") == 1
-    assert sample(httpx.get(f"{batcher.url}/metrics").text, "rlstack_batcher_envs_live") == 1
+    status()
+    metrics = httpx.get(f"{batcher.url}/metrics").text
+    assert sample(metrics, "rlstack_batcher_env_leases_expired_total") == 1
+    assert sample(metrics, "rlstack_batcher_envs_live") == 1
     assert f"env {dead} (agent_0) silent" in batcher.log()
     # The dead env polls again (it was only paused): it takes its share again.
     httpx.request("GET", f"{batcher.url}/status-env", json={"env_id": dead}).raise_for_status()
