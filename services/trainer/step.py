@@ -61,7 +61,9 @@ def policy_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
 def bf16_autocast(policy: torch.nn.Module, device: torch.device, bf16: bool | None) -> bool:
     """Whether a forward autocasts to bf16: asked for (None: on a CUDA GPU with bf16), and the policy not
     sharded by FSDP, whose mixed precision already holds bf16 parameters."""
-    wanted = (device.type == "cuda" and torch.cuda.is_bf16_supported()) if bf16 is None else bf16
+    wanted = device.type == "cuda" if bf16 is None else bf16
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        wanted = False  # a GPU before Ampere: float32, as before
     return wanted and not is_sharded(policy)
 
 

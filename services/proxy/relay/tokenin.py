@@ -236,6 +236,11 @@ class TokenInUpstream:
         answer["prompt_token_ids"] = plan.prompt
         for choice, raw_choice in zip(answer.get("choices") or [], generated.get("choices") or [], strict=False):
             choice["token_ids"] = raw_choice.get("token_ids")
+        # Derender is not told the prompt (vLLM 0.32 then counts 0 prompt tokens) and counts the reply without
+        # the end of turn we cut for its text: the usage is the ids sent and generated.
+        completion = sum(len(c.get("token_ids") or []) for c in generated.get("choices") or [])
+        answer["usage"] = {**(answer.get("usage") or {}), "prompt_tokens": len(plan.prompt), "completion_tokens": completion,
+                           "total_tokens": len(plan.prompt) + completion}
         adapter = versions.of_adapter(body.get("model"))
         sampled = [[adapter] if adapter is not None else versions.from_spans(c.get("weight_versions"))
                    for c in generated.get("choices") or []]

@@ -73,6 +73,8 @@ def test_continued_calls_are_sent_on_their_threads_exact_ids(proxy, api, stream)
         splice = after["splice"]
         assert splice["onto"] == before["request_id"] and splice["prefix_tokens"] == len(exact)
         assert splice["tail_tokens"] == len(after["prompt_token_ids"]) - len(exact) > 0
+        assert after["usage"]["prompt_tokens"] == len(after["prompt_token_ids"])  # derender alone counted 0
+        assert after["usage"]["completion_tokens"] == len(after["choices"][0]["completion_token_ids"])
     assembly = assemble(read_trajectory(proxy.trials_dir / run / trial))
     assert len(assembly.sequences) == 1 and assembly.thread_breaks == 0 and assembly.merge_share == 1.0
     assert assembly.spliced_calls == 3
