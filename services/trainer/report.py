@@ -111,16 +111,15 @@ class ModelInfo(BaseModel):
     """What the replicas compute in, as their served-weights checks reported it (empty without checks)."""
 
 
-def model_info(path: str, trainer_dtype: str, served_dtypes: list[str], parameters: int | None = None) -> ModelInfo:
+def model_info(path: str, trainer_dtype: str, served_dtypes: list[str]) -> ModelInfo:
     """``path``'s provenance from its builder's record, else from its Hugging Face config."""
     directory = Path(path)
     record = directory / MODEL_RECORD
-    source = family = None
+    source = family = parameters = None
     try:
         if record.exists():
             data = json.loads(record.read_text())
-            source, family = data.get("source") or data.get("builder"), data.get("model_family")
-            parameters = parameters or data.get("parameters")
+            source, family, parameters = data.get("source") or data.get("builder"), data.get("model_family"), data.get("parameters")
         elif (directory / "config.json").exists():
             config = json.loads((directory / "config.json").read_text())
             source = config.get("_name_or_path") or None

@@ -79,7 +79,7 @@ class FilesystemPublisher:
             if url not in self.dtypes:
                 try:
                     self.dtypes[url] = await replica_dtype(client, url)
-                except httpx.HTTPError:
+                except (httpx.HTTPError, ValueError):
                     return None  # asked again at the next sync
         served = {self.dtypes[str(e.url).rstrip("/")] for e in endpoints}
         return torch.bfloat16 if served == {"bfloat16"} else None
