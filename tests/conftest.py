@@ -43,7 +43,7 @@ def pytest_configure(config) -> None:  # noqa: ANN001
 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
     """Cells marked ``matrix`` run under ``make matrix`` (``--matrix``); the suite runs the diagonal.
-    Tests marked ``prebuilt`` move to the end, in the order of their jobs (``PREBUILD_ORDER``)."""
+    Tests marked ``prebuilt`` move to the end, in the order of their jobs (``prebuild.ORDER``)."""
     if not config.getoption("--matrix"):
         kept = [item for item in items if item.get_closest_marker("matrix") is None]
         if len(kept) < len(items):
