@@ -58,6 +58,7 @@ from rlstack.common.trial_keys import TRIAL_PATH, mint
 from rlstack.proxy.config import ProxySettings
 from rlstack.proxy.edge.auth import TrialAuth
 from rlstack.proxy.edge.front import FrontMiddleware, Refused
+from rlstack.proxy.litellm_tuning import freeze_startup_heap, skip_absent_opentelemetry
 from rlstack.proxy.metrics import ProxyMetrics
 from rlstack.proxy.records.peers import PEER_SCOPE, Peers
 from rlstack.proxy.records.writer import TrajectoryWriter
@@ -74,6 +75,7 @@ END_WAIT_SECONDS = 30.0
 
 class ProxyApp:
     def __init__(self, settings: ProxySettings) -> None:
+        skip_absent_opentelemetry()
         import litellm
         from litellm.proxy import proxy_server
 
@@ -179,6 +181,7 @@ class ProxyApp:
                 break
             log.warning("warm-up ping failed: %s", detail)
             await asyncio.sleep(1)
+        freeze_startup_heap()
         self.warm = True
         log.info("proxy warm: %d replica(s)", len(self.view.endpoints))
 

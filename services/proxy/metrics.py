@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -40,8 +41,19 @@ class ProxyMetrics:
                                        registry=registry)
         self.trials_ended = Counter("rlstack_proxy_trials_ended", "Trials an env declared over (their records handed back)",
                                     registry=registry)
+        self.gc_pauses = Histogram("rlstack_proxy_gc_pause_seconds", "Python garbage-collector pauses (the event loop "
+                                   "and every call in flight wait through each)", ["generation"], registry=registry,
+                                   buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0))
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc_event)
         self._last_seen: dict[str, float] = {}
         self._next_prune = 0.0
+
+    def _gc_event(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_pauses.labels(str(info.get("generation", "?"))).observe(time.perf_counter() - self._gc_started)
 
     def _active_trials(self) -> float:
         cutoff = time.time() - TRIAL_WINDOW_SECONDS

@@ -22,6 +22,7 @@ from rlstack.common.auth import bearer
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import serves
+from rlstack.proxy.litellm_tuning import FREE
 from rlstack.proxy.names import relay_replica
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,8 @@ def model_list(view: ReplicaView, api_key: str | None, timeout: float, relay: Re
         api_base = relay.api_base(rid) if relay else str(e.url).rstrip("/") + "/v1"
         params = {"model": f"hosted_vllm/{upstream}", "api_base": api_base,
                   "api_key": relay.token if relay else api_key or "none", "timeout": timeout}
-        deployments.append({"model_name": view.served_model_name, "litellm_params": params, "model_info": {"id": rid}})
-        deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned"}})
+        deployments.append({"model_name": view.served_model_name, "litellm_params": params, "model_info": {"id": rid, **FREE}})
+        deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned", **FREE}})
         fallbacks.append({view.pinned_group(rid): [view.served_model_name]})
     fallbacks += [{view.pinned_group(rid): [view.served_model_name]} for rid in view.departed]
     return deployments, fallbacks
