@@ -123,7 +123,7 @@ def schema() -> J:
             "registry": component({"replicas": i(0, 1, "the routing table lives in memory: at most one"), "watchPods": BOOL}),
             "batcher": component({"replicas": i(0, 1, "one writer owns the write-ahead log: at most one")}),
             "proxy": component({
-                "replicas": i(0), "pdb": PDB,
+                "replicas": i(0), "pdb": PDB, "workers": i(1, 64),
                 "sessionAffinity": enum("ClientIP", "None", desc="ClientIP: a trial's calls stay on the pod holding its threads"),
                 "autoscaling": obj({**autoscale_common, "targetCPUUtilizationPercentage": i(1, 100)}),
             }),

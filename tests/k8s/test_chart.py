@@ -185,6 +185,25 @@ def test_a_trials_calls_stay_on_one_proxy_pod_and_its_end_reaches_every_pod(rend
                    for rule in policies["rl-rlstack-proxy"]["ingress"] for peer in rule["from"] if "namespaceSelector" not in peer)
 
 
+def test_proxy_pods_request_a_core_per_worker(rendered):
+    """LiteLLM's per-call work holds one core per proxy process: a pod runs ``proxy.workers`` processes
+    and asks the scheduler for at least that many cores (docs/performance.md#sizing-the-control-plane)."""
+    values_file, objects = rendered
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["proxy"]
+    values.update(yaml.safe_load((CHART / values_file).read_text()).get("proxy") or {})
+    proxy = workloads(objects)["proxy"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in proxy["env"]}
+    assert env["RLSTACK_PROXY_WORKERS"] == str(values["workers"])
+    assert cores(proxy["resources"]["limits"]["cpu"]) >= values["workers"]
+    if values_file == "values.yaml":
+        assert cores(proxy["resources"]["requests"]["cpu"]) >= values["workers"] >= 2
+
+
+def cores(quantity: str | int) -> float:
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
 def test_dashboards_ship_in_a_sidecar_configmap(rendered):
     _, objects = rendered
     configmap = next(c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-dashboards"))
