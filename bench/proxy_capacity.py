@@ -3,9 +3,11 @@
 The proxy runs pinned to core 0; the simulated replicas (``sim_replica``), the registry and this load
 generator share core 1, so the proxy's core does nothing else. Calls arrive at a fixed Poisson rate
 whatever the proxy's latency (open loop: a slow proxy meets a queue, as it would in a cluster), and
-each cell's rate is raised by ``--growth`` until the added p99 passes ``--budget-ms`` (or a call
-fails, or no idle trial is left to continue); one point between the last pass and the first failure
-refines it. The capacity is the highest passing rate; the cell is measured once more at 80% of it.
+each cell's rate is raised by ``--growth`` until two rates in a row miss: added p99 over
+``--budget-ms``, a failed call, or no idle trial left to continue. One point between the highest
+pass and the first miss above it refines it. The capacity is the highest passing rate; the cell is
+measured once more at 80% of it. The proxy's CPU time per call (all its processes) comes with each
+point: ``1000 / ms per call`` is what one core serves flat out, whatever the latency.
 
 Added latency is the proxy's latency minus the same-sized call sent straight to a simulated replica
 in the same run (p50 minus p50, p99 minus p99). Every call carries token-in and trajectory records as
@@ -241,7 +243,7 @@ def pct(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-async def direct_floor(sim_port: int, cell: Cell, seed: int, calls: int = 40) -> tuple[float, float]:
+async def direct_floor(sim_port: int, cell: Cell, seed: int, calls: int = 120) -> tuple[float, float]:
     """The same-sized call straight to a simulated replica (chat, plain), at 10 calls/s: p50, p99 in ms."""
     conns = Connections(sim_port)
     body = Conversation.with_history("chat", False, cell.history, seed).request()
@@ -332,18 +334,26 @@ async def sweep(side: str, port: int, proxy_pid: int, sim_port: int, cell: Cell,
         return {"side": side, "cell": cell.name, "fixed_rate": args.fixed_rate, "capacity_per_s": None, "direct_p50_ms": round(floor[0], 2),
                 "direct_p99_ms": round(floor[1], 2), "at80_added_p50_ms": point.added_p50_ms, "at80_added_p99_ms": point.added_p99_ms,
                 "at80_cpu_ms_per_call": point.proxy_cpu_ms_per_call, "points": [asdict(point)]}
+    # Up the rates until two in a row miss (one miss can be a stray spike), then once between the
+    # highest pass and the first miss above it; a start that misses tries lower rates instead.
     rate = args.start_rate * (1024 / cell.history) ** 0.5
-    best = 0.0
-    while rate <= args.max_rate:
-        point = await at(rate)
-        if not point.passed:
-            if best:
-                middle = (best * rate) ** 0.5
-                if (await at(middle)).passed:
-                    best = middle
-            break
-        best = rate
+    best, misses, first_miss = 0.0, 0, None
+    while rate <= args.max_rate and misses < 2:
+        if (await at(rate)).passed:
+            best, misses, first_miss = rate, 0, None
+        else:
+            misses += 1
+            first_miss = first_miss or rate
         rate *= args.growth
+    while not best and rate > 0.2:  # even the start missed: go down until a rate passes
+        rate = (first_miss or rate) / args.growth ** 2
+        first_miss = rate
+        if (await at(rate)).passed:
+            best = rate
+    if best and first_miss and first_miss > best:
+        middle = (best * first_miss) ** 0.5
+        if (await at(middle)).passed:
+            best = middle
     profiler = start_profile(proxy_pid, args.profile / f"{cell.name}.txt", args.seconds) if args.profile and best else None
     at80 = await at(0.8 * best) if best else None
     if profiler is not None:
@@ -444,7 +454,7 @@ def main() -> None:
     parser.add_argument("--sides", default="rlstack,litellm",
                         help="rlstack (this tree), litellm (LiteLLM's bare proxy, the baseline), rlstack@DIR (another checkout)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each rate's point")
-    parser.add_argument("--min-calls", type=int, default=40)
+    parser.add_argument("--min-calls", type=int, default=120, help="calls at least in a point (a p99 of fewer is its maximum)")
     parser.add_argument("--budget-ms", type=float, default=50.0, help="added p99 a passing rate keeps under")
     parser.add_argument("--start-rate", type=float, default=10.0, help="first rate for 1k histories (longer ones start lower)")
     parser.add_argument("--fixed-rate", type=float, default=None, help="measure this one rate per cell, no sweep")
