@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -69,9 +70,16 @@ class SimSettings(BaseModel):
 
 # -- the tokenizer ---------------------------------------------------------------------------------
 def encode(text: str) -> list[int]:
+    return list(_encode(text))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _encode(text: str) -> tuple[int, ...]:
+    """Cached: an agent resends its history every call, and the proxy has it rendered again (render,
+    tokenize); without the cache one core of replicas would spend itself hashing old turns."""
     data = text.encode()
-    return [FIRST_TEXT_ID + zlib.crc32(data[i:i + BYTES_PER_TOKEN]) % (VOCAB - FIRST_TEXT_ID)
-            for i in range(0, len(data), BYTES_PER_TOKEN)]
+    return tuple(FIRST_TEXT_ID + zlib.crc32(data[i:i + BYTES_PER_TOKEN]) % (VOCAB - FIRST_TEXT_ID)
+            for i in range(0, len(data), BYTES_PER_TOKEN))
 
 
 def decode(ids: list[int]) -> str:
@@ -215,6 +223,13 @@ class SimReplica:
             ids = choice.get("token_ids") or []
             lps = [e.get("logprob", 0.0) for e in (choice.get("logprobs") or {}).get("content") or []]
             entry = self._choice_message(ids, choice.get("finish_reason") or "stop", (lps + [0.0] * len(ids))[: len(ids)], choice.get("index", 0))
+            if len(lps) > len(ids):
+                # vLLM's derender passes the generate answer's logprobs through as given (``online_derenderer``):
+                # the proxy cuts the end of turn from the ids for the text only, and its record keeps every
+                # generated id with its logprob. Cut here too, the record had one logprob fewer than ids and
+                # the env counted each spliced call as failed (found by bench/env_scale.py).
+                entry["logprobs"]["content"] += [{"token": "<|im_end|>", "logprob": lp, "bytes": None, "top_logprobs": []}
+                                                 for lp in lps[len(ids):]]
             entry["stop_reason"] = choice.get("stop_reason")
             choices.append(entry)
         completion = sum(len(c["token_ids"]) for c in choices)

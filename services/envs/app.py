@@ -10,6 +10,7 @@ from fastapi import FastAPI, HTTPException, Request
 from prometheus_client import CollectorRegistry
 
 from rlstack.common.auth import require_bearer
+from rlstack.common.loop_lag import LoopLag
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.envs.cluster import sandbox_manager
@@ -31,6 +32,7 @@ def build_app(settings: EnvSettings) -> FastAPI:
     else:
         runner = EnvRunner(settings, EnvMetrics(registry))
     supervisor = Supervisor("env", settings.failure_exit_delay_seconds)
+    lag = LoopLag(registry, "env")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -39,6 +41,7 @@ def build_app(settings: EnvSettings) -> FastAPI:
             # On stop, in-flight rollouts are abandoned: their groups were never acknowledged.
             async with supervisor:
                 supervisor.start("env runner", runner.run())
+                supervisor.start("loop lag", lag.run())
                 if settings.sandbox_reaper:
                     kube, sandboxes = sandbox_manager(settings)
                     supervisor.start("sandbox reaper", sandboxes.reap_forever(settings.sandbox_reap_interval_seconds))

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from rlstack.common.http import async_client
+from rlstack.common.loop_lag import LoopLag
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.registry.api import router
@@ -30,12 +31,14 @@ def build_app(settings: RegistrySettings) -> FastAPI:
     svc = RegistryService(settings, table, Prober(table, client, api_key))
     registry.register(RegistryCollector(svc))
     supervisor = Supervisor("registry", settings.failure_exit_delay_seconds)
+    lag = LoopLag(registry, "registry")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         kube = None
         try:
             async with supervisor:
+                supervisor.start("loop lag", lag.run())
                 if settings.kube_watch_pods:
                     from rlstack.kube.connection import connect
                     from rlstack.kube.replica_pods import watch_replica_pods
