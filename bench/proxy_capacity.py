@@ -375,13 +375,24 @@ def start_profile(pid: int, path: Path, seconds: float) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL)
 
 
+def points_to_results(paths: list[Path]) -> list[dict]:
+    """The per-cell results ``plot`` draws, from the JSON lines of earlier runs (``--out``)."""
+    results: dict[tuple[str, str], dict] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            point = json.loads(line)
+            results.setdefault((point["side"], point["cell"]), {"side": point["side"], "cell": point["cell"], "points": []})["points"].append(point)
+    return list(results.values())
+
+
 def plot(results: list[dict], path: Path, budget: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6.5), sharey=True)
     for result in results:
         points = sorted(result["points"], key=lambda p: p["rate"])
         rates = [p["rate"] for p in points]
@@ -390,12 +401,14 @@ def plot(results: list[dict], path: Path, budget: float) -> None:
     for ax, title in zip(axes, ("added p50", "added p99"), strict=True):
         ax.axhline(budget, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_yscale("symlog", linthresh=10)
         ax.set_xlabel("arrival rate (calls/s, open loop)")
         ax.set_title(f"{title} latency the proxy adds (one core)")
     axes[0].set_ylabel("ms (clipped at 10x the budget)")
-    axes[1].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=4)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -473,7 +486,12 @@ def main() -> None:
                         help="folder for py-spy's stacks of the proxy at each cell's 80%% point (pip install py-spy)")
     parser.add_argument("--out", type=Path, default=None, help="every point as a JSON line")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of added latency against arrival rate")
+    parser.add_argument("--replot", type=Path, nargs="+", default=None,
+                        help="draw --plot from these --out files (JSON lines) and stop; nothing is run")
     args = parser.parse_args()
+    if args.replot:
+        plot(points_to_results(args.replot), args.plot or Path("proxy-capacity.png"), args.budget_ms)
+        return
     cells = pick_cells(args.cells)
     sides = args.sides.split(",")
     if len(os.sched_getaffinity(0)) < 2:

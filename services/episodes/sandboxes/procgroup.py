@@ -106,7 +106,11 @@ async def _reaped(proc: asyncio.subprocess.Process) -> None:
 
 
 async def _gone(pgid: int, timeout: float = 10.0) -> None:
-    """Until no live process is left in the group: SIGKILL is delivered, not yet done, when killpg returns."""
+    """Until no live process is left in the group: SIGKILL is delivered, not yet done, when killpg returns.
+
+    Each look reads every process's ``/proc/<pid>/stat``: with a thousand sandboxes on the host
+    (thousands of processes) that is tens of milliseconds, so it runs off the event loop, which
+    serves every other trial meanwhile (bench/env_scale.py)."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while live_members(pgid) and asyncio.get_running_loop().time() < deadline:
+    while await asyncio.to_thread(live_members, pgid) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
