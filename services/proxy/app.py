@@ -240,6 +240,7 @@ class ProxyApp:
         return in_flight
 
     async def metrics_route(self, request: Request):  # noqa: ANN201
+        self.metrics.flush_gc()
         return metrics_response(self.registry)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 import time
 
@@ -45,15 +46,25 @@ class ProxyMetrics:
                                    "and every call in flight wait through each)", ["generation"], registry=registry,
                                    buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0))
         self._gc_started = 0.0
+        self._gc_pending: collections.deque[tuple[int, float]] = collections.deque(maxlen=10_000)
         gc.callbacks.append(self._gc_event)
         self._last_seen: dict[str, float] = {}
         self._next_prune = 0.0
 
     def _gc_event(self, phase: str, info: dict) -> None:
+        """Only notes the pause: a collection can start inside a metric's lock (prometheus_client's locks
+        are not reentrant, and with several workers one lock guards every value), so the histogram is fed
+        later, by ``flush_gc``."""
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self.gc_pauses.labels(str(info.get("generation", "?"))).observe(time.perf_counter() - self._gc_started)
+            self._gc_pending.append((info.get("generation", -1), time.perf_counter() - self._gc_started))
+
+    def flush_gc(self) -> None:
+        """The pauses noted since the last flush, into ``rlstack_proxy_gc_pause_seconds`` (each call and scrape)."""
+        while self._gc_pending:
+            generation, seconds = self._gc_pending.popleft()
+            self.gc_pauses.labels(str(generation)).observe(seconds)
 
     def _active_trials(self) -> float:
         cutoff = time.time() - TRIAL_WINDOW_SECONDS
@@ -61,6 +72,7 @@ class ProxyMetrics:
         return float(len(self._last_seen))
 
     def observe_call(self, record: TrajectoryRecord) -> None:
+        self.flush_gc()
         replica = record.replica_id or "unknown"
         self.calls.labels(record.api, replica, record.status).inc()
         self.latency.labels(record.api).observe(record.latency_seconds)
