@@ -25,4 +25,4 @@ def test_a_blocked_loop_shows_as_lag():
     count = registry.get_sample_value("rlstack_test_event_loop_lag_seconds_count")
     over_150ms = count - registry.get_sample_value("rlstack_test_event_loop_lag_seconds_bucket", {"le": "0.15"})
     assert count >= 5
-    assert over_150ms == 1  # exactly the one sleep the block held up
+    assert over_150ms >= 1  # the sleep the block held up (another stall of a loaded machine may add one)
