@@ -4,6 +4,8 @@ CPU seconds, and which process listens on a port."""
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,14 +50,23 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
     return lower
 
 
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system seconds of a process and its threads; with ``children``, of its live descendants
+    too (a server's ``--workers N``)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *(root.children(recursive=True) if children else [])]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def listener_pid(port: int) -> int:
-    """The process listening on ``port`` on loopback."""
+    """The process listening on ``port`` on loopback; for a uvicorn worker (``--workers N``), its parent."""
     for conn in psutil.net_connections("tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            if "multiprocessing" in " ".join(psutil.Process(conn.pid).cmdline()):
+                return psutil.Process(conn.pid).parent().pid
             return conn.pid
     raise RuntimeError(f"nothing listens on port {port}")

@@ -60,13 +60,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
+from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
 from _prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value  # noqa: E402
 
 from rlstack.common.contracts.atropos import GROUP_NAME_KEY  # noqa: E402
 
 console = Console(stderr=True)
-PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
 AGENT = REPO / "bench" / "shell_agent.sh"
 GROUP_SIZE = 8
 ENV_NAME = "scale"

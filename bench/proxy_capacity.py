@@ -37,19 +37,19 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psutil
+import httpx
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _dialects import PATHS, Conversation, Dialect  # noqa: E402
-from _harness import REPO, free_port, server  # noqa: E402
+from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
 from _http import RawHttpClient  # noqa: E402
+from _prom import cpu_seconds, listener_pid, scrape, value  # noqa: E402
 
 from rlstack.proxy.__main__ import OFFLINE_ENV  # noqa: E402
 
 console = Console(stderr=True)
-PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
 PROXY_CORE, LOAD_CORE = 0, 1
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
 
@@ -99,29 +99,6 @@ class Point:
 
 
 # -- CPU accounting -------------------------------------------------------------------------------
-def process_cpu_seconds(pid: int) -> float:
-    """User + system time of a process, its threads and its live children (``--workers N``)."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = proc.cpu_times()
-            total += times.user + times.system
-    return total
-
-
-def listener_pid(port: int) -> int:
-    """The process listening on ``port`` (with ``--workers N``, uvicorn's parent of the workers)."""
-    for conn in psutil.net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-            return psutil.Process(conn.pid).parent().pid if conn.pid and _is_worker(conn.pid) else conn.pid
-    raise RuntimeError(f"nothing listens on port {port}")
-
-
-def _is_worker(pid: int) -> bool:
-    return "multiprocessing" in " ".join(psutil.Process(pid).cmdline())
-
-
 def core_busy_ticks(core: int) -> tuple[int, int]:
     for line in Path("/proc/stat").read_text().splitlines():
         if line.startswith(f"cpu{core} "):
@@ -231,12 +208,14 @@ async def open_loop(rate: float, calls: int, seed: int, one) -> tuple[list[float
     return list(latencies), loop.time() - start
 
 
-async def gc_seconds(port: int) -> float | None:
+def gc_seconds(port: int) -> float | None:
     """The proxy's total garbage-collector pause time so far, from its /metrics (None: not reported)."""
-    async with RawHttpClient("127.0.0.1", port) as client:
-        status, payload = await client.request("GET", "/metrics")
-    lines = [line for line in payload.decode().splitlines() if line.startswith("rlstack_proxy_gc_pause_seconds_sum")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines) if status == 200 and lines else None
+    try:
+        samples = scrape(f"http://127.0.0.1:{port}")
+    except (httpx.HTTPError, ValueError):  # LiteLLM's bare proxy serves no Prometheus page
+        return None
+    name = "rlstack_proxy_gc_pause_seconds_sum"
+    return value(samples, name) if name in samples else None
 
 
 def pct(sorted_values: list[float], q: float) -> float:
@@ -280,11 +259,11 @@ async def measure(port: int, proxy_pid: int, trials: Trials, rate: float, args: 
         return True
 
     calls = max(args.min_calls, int(rate * args.seconds))
-    gc0 = await gc_seconds(port)
-    cpu0, (busy0, total0) = process_cpu_seconds(proxy_pid), core_busy_ticks(LOAD_CORE)
+    gc0 = gc_seconds(port)
+    cpu0, (busy0, total0) = cpu_seconds(proxy_pid, children=True), core_busy_ticks(LOAD_CORE)
     latencies, wall = await open_loop(rate, calls, seed, one)
-    cpu = process_cpu_seconds(proxy_pid) - cpu0
-    gc1 = await gc_seconds(port)
+    cpu = cpu_seconds(proxy_pid, children=True) - cpu0
+    gc1 = gc_seconds(port)
     busy1, total1 = core_busy_ticks(LOAD_CORE)
     await conns.close()
     done = sorted(1000 * v for v in latencies if v is not None)

@@ -62,13 +62,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
+from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
 from _prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value  # noqa: E402
 
 from rlstack.common.process import ServiceProcess, start_process  # noqa: E402
 
 console = Console(stderr=True)
-PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
 SIM = REPO / "bench" / "sim_replica.py"
 PER_PROCESS = 16
 """Replicas per shared sim process: few processes, each loop light enough to answer its probes promptly."""
