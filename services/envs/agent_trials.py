@@ -72,6 +72,16 @@ class GroupDropped(RuntimeError):
     """No group can be posted for this task now; the reason is in the message and the metrics."""
 
 
+def local_sandbox_config(settings: EnvSettings) -> LocalSandboxConfig:
+    fields: dict = {"environment": settings.sandbox_environment, "image_lock": settings.sandbox_image_lock,
+                    "build_missing": settings.sandbox_build_images}
+    if settings.sandbox_hide_paths is not None:
+        fields["hide_paths"] = settings.sandbox_hide_paths
+    if settings.sandbox_bundle_dir is not None:
+        fields["bundle_dir"] = settings.sandbox_bundle_dir
+    return LocalSandboxConfig(**fields)
+
+
 class AgentEnvRunner(EnvRunner):
     def __init__(self, settings: EnvSettings, metrics: EnvMetrics, agent_metrics: AgentMetrics,
                  sandbox: Sandbox | None = None, tasks: HarborTasks | None = None) -> None:
@@ -121,10 +131,21 @@ class AgentEnvRunner(EnvRunner):
                                              trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
             sandbox = build_sandbox(config, manager)
         else:
-            hide = {} if self.s.sandbox_hide_paths is None else {"hide_paths": self.s.sandbox_hide_paths}
-            sandbox = build_sandbox(LocalSandboxConfig(**hide))
+            sandbox = build_sandbox(local_sandbox_config(self.s))
         sandbox.check()
         return sandbox
+
+    async def run(self) -> None:
+        """Every task's image first (built or read from the lock file, probed), before this env takes
+        a share of the batcher: a task that cannot have one stops the start, named with its fix."""
+        prepare = getattr(self.sandbox, "prepare", None)
+        if prepare is not None:
+            tasks = [*self.task.training, *self.task.heldout()]
+            failed = await asyncio.to_thread(prepare, tasks)
+            if failed:
+                raise RuntimeError(f"{len(failed)} of {len(tasks)} tasks have no image a trial can run in:\n"
+                                   + "\n".join(f"  {why}" for why in failed.values()))
+        await super().run()
 
     async def token_limit(self) -> int:
         """The served model's context: an agent trial's one sequence can be that long."""

@@ -96,6 +96,15 @@ class EnvSettings(PolicySettings):
     """kubernetes: ``trials_dir``'s path inside that claim."""
     sandbox_python: str = "python"
     """kubernetes: the Python (with rlstack) inside ``sandbox_image``."""
+    sandbox_environment: Literal["image", "host"] = "image"
+    """local: ``image`` runs each trial in its task's image (the lock file's, or built here before the
+    first trial); ``host`` on this host's tools, for tasks that need no image (warned per run)."""
+    sandbox_image_lock: Path | None = None
+    """local: the lock file ``rlstack tasks build`` wrote; unset: the dataset's ``images.lock.json`` if any."""
+    sandbox_build_images: bool = True
+    """local: build the images the lock file lacks (podman) before the first trial."""
+    sandbox_bundle_dir: Path | None = None
+    """local: the agent bundle mounted at /opt/rlstack in task images; unset: the checkout's .cache/agent-bundle."""
     sandbox_hide_paths: list[Path] | None = None
     """local: host paths the sandbox covers with an empty tmpfs; unset: home directories, the checkout's
     runs/ and data/, the example tasks' tests and solutions (the dataset and the run's trials always)."""

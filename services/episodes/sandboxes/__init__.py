@@ -1,4 +1,5 @@
-"""Where trials run: one ``Sandbox`` protocol and its backends (``local``: bubblewrap on this host)."""
+"""Where trials run: one ``Sandbox`` protocol and its backends (``local``: bubblewrap on this host,
+in each task's image or on the host's tools; ``kubernetes``: a pod per trial)."""
 
 from rlstack.episodes.sandboxes.base import (
     Sandbox,
@@ -16,6 +17,10 @@ from rlstack.episodes.sandboxes.config import (
 
 def build_sandbox(config: SandboxConfig, manager=None) -> Sandbox:  # noqa: ANN001 - a kube SandboxManager
     """The backend named by ``config.type``; ``kubernetes`` also needs the env server's ``SandboxManager``."""
+    if config.type == "local" and config.environment == "image":
+        from rlstack.episodes.sandboxes.image import ImageSandbox
+
+        return ImageSandbox(config)
     if config.type == "local":
         from rlstack.episodes.sandboxes.local import LocalSandbox
 

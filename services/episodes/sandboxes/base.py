@@ -49,6 +49,8 @@ class SandboxJob(BaseModel):
     trial: str
     task: HarborTask
     agent_command: list[str] = Field(min_length=1)
+    agent_image_command: list[str] | None = None
+    """The agent's argv inside a task image (its runtime from the agent bundle); None: ``agent_command``."""
     agent_env: dict[str, str] = Field(default_factory=dict)
     """The agent's whole environment beyond a minimal PATH/HOME: proxy URLs, key, trial identity."""
     agent_timeout_sec: float = Field(gt=0)
@@ -76,6 +78,8 @@ class PhaseOutcome(BaseModel):
 class SandboxOutcome(BaseModel):
     agent: PhaseOutcome
     verifier: PhaseOutcome
+    image: str | None = None
+    """The image both phases ran in (reference with its digest); None: the host's tools."""
 
 
 class Sandbox(Protocol):

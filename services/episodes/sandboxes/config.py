@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlstack.episodes.images.config import ImageSettings
+
 
 def default_hidden_paths() -> list[Path]:
     """What no agent reads unless asked: home directories (keys, tokens, shell history), and in the
@@ -20,12 +22,35 @@ def default_hidden_paths() -> list[Path]:
             *sorted(tasks.glob("*/tests")), *sorted(tasks.glob("*/solution"))]
 
 
+def _default_bundle() -> Path:
+    from rlstack.episodes.sandboxes.bwrap import runtime_paths
+
+    return runtime_paths()[1] / ".cache" / "agent-bundle"
+
+
 class LocalSandboxConfig(BaseModel):
     """Trials as bubblewrap-sandboxed child processes on this host."""
 
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["local"] = "local"
+    environment: Literal["image", "host"] = "image"
+    """``image``: each trial in its task's image (from the lock file, or built; unpacked once per
+    digest, layered per trial); ``host``: the host's tools, an explicit choice said loudly per run."""
+    image_lock: Path | None = None
+    """The lock file (task -> image by digest) from ``rlstack tasks build``; unset: the dataset's
+    ``images.lock.json`` when there is one."""
+    build_missing: bool = True
+    """Build a task's image when the lock file has none for it (podman/buildah on this host)."""
+    images: ImageSettings = Field(default_factory=ImageSettings)
+    """How task images are built and where they are unpacked (``rlstack.episodes.images.config.ImageSettings``)."""
+    bundle_dir: Path = Field(default_factory=_default_bundle)
+    """The agent bundle (``make setup-agent-bundle``), bound read-only at /opt/rlstack in task images."""
+    limits: Literal["enforce", "record"] = "enforce"
+    """``[environment]`` cpus/memory_mb in task images: ``enforce`` (a cgroup per phase; a host that
+    cannot make one fails the trial as infra_error) or ``record`` (noted in result.json only)."""
+    verifier_internet: bool = False
+    """Let a verifier whose task sets ``allow_internet`` reach the network (images only); off, no verifier does."""
     work_dir: Path | None = None
     """Parent of the per-trial workspaces (/app); unset: a directory under the system temp dir."""
     bwrap: str = "bwrap"

@@ -1,4 +1,7 @@
-"""The ``local`` backend: each trial in a fresh workspace, agent and verifier under bubblewrap.
+"""The ``local`` backend on the host's tools (``environment: host``): agent and verifier under bubblewrap.
+
+An explicit choice for tasks that need nothing beyond the host's programs; by default the local
+backend runs each trial in its task's image instead (``image.py``). This one says so per run.
 
 Per trial: a workspace directory filled with the task's environment files, then the agent
 (workspace at /app, its log directory at /logs/agent) and then the verifier (same workspace,
@@ -62,6 +65,7 @@ class LocalSandbox:
         self.work_dir = self.config.work_dir or Path(tempfile.gettempdir()) / "rlstack-sandboxes"
         self._active: dict[str, int] = {}  # "run/trial/phase" -> process group id
         self._checked = False
+        self._warned: set[str] = set()
 
     def active(self) -> dict[str, int]:
         """Running phases and their process group ids (metrics, tests)."""
@@ -89,6 +93,10 @@ class LocalSandbox:
 
     async def run(self, job: SandboxJob) -> SandboxOutcome:
         await asyncio.to_thread(self.check)
+        if job.run not in self._warned:  # once per run, loudly: no task of it runs in its own image
+            self._warned.add(job.run)
+            log.warning("run %s: trials run on the HOST's tools, not in their tasks' images (sandbox environment: host, "
+                        "first task %s); a task that needs its image will fail or score 0 here", job.run, job.task.name)
         workspace = await asyncio.to_thread(self._make_workspace, job)
         try:
             agent = await self._agent(job, workspace)

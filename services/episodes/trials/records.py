@@ -32,6 +32,9 @@ class AgentSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     """The agent's own settings (e.g. CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC)."""
     mount_solution: bool = False
+    image_command: list[str] | None = None
+    """The command inside a task image, where the agent's runtime comes from the agent bundle at
+    /opt/rlstack; None: ``command`` as it is (the image's own programs, or the host's)."""
 
     @classmethod
     def oracle(cls) -> AgentSpec:
@@ -132,6 +135,8 @@ class TrialResult(BaseModel):
     trial: str
     attempt: int
     sandbox: str
+    image: str | None = None
+    """The task image both phases ran in (reference with its digest); None: the host's tools (or no sandbox)."""
     task: TaskRecord
     agent: AgentRecord
     verifier: VerifierRecord

@@ -59,7 +59,8 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
     verifier_timeout = spec.verifier_timeout_sec or spec.task.config.verifier.timeout_sec
     job = SandboxJob(
         run=spec.run, trial=spec.trial, task=spec.task,
-        agent_command=[spec.task.instruction if arg == INSTRUCTION_PLACEHOLDER else arg for arg in spec.agent.command],
+        agent_command=_instructed(spec.agent.command, spec.task),
+        agent_image_command=_instructed(spec.agent.image_command, spec.task) if spec.agent.image_command else None,
         agent_env={**spec.agent.env, **spec.env, **identity_env(spec)},
         agent_timeout_sec=agent_timeout, verifier_timeout_sec=verifier_timeout,
         agent_dir=paths.agent_dir, verifier_dir=paths.verifier_dir, mount_solution=spec.agent.mount_solution,
@@ -80,9 +81,14 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
     except Exception as exc:  # a bug in a backend must not take the env server down, nor score 0
         log.exception("trial %s/%s: sandbox raised", spec.run, spec.trial)
         return _finish(paths, result, error=f"{type(exc).__name__}: {exc}")
+    result.image = outcome.image
     result.agent.run = _record(outcome.agent, agent_timeout)
     result.verifier.run = _record(outcome.verifier, verifier_timeout)
     return _finish(paths, result, **_judge(outcome.agent, outcome.verifier, paths, result.verifier, verifier_timeout))
+
+
+def _instructed(command: list[str], task: HarborTask) -> list[str]:
+    return [task.instruction if arg == INSTRUCTION_PLACEHOLDER else arg for arg in command]
 
 
 def agent_timeout_of(task: HarborTask, override: float | None = None) -> float:

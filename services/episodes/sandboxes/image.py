@@ -1,0 +1,369 @@
+"""The ``local`` backend in a task's image: each trial a container of the task's own filesystem.
+
+Per trial: the task's image (``TaskImages``: from the lock file or built, unpacked once per
+digest) layered under an upper directory of the trial's own (``layers``), then the agent and the
+verifier, each a bubblewrap sandbox rooted at that overlay:
+
+- agent: the image's tree at ``/`` (its WORKDIR as the working directory, its ENV), the trial's
+  ``agent/`` at /logs/agent, the agent bundle read-only at /opt/rlstack (runtimes and CLIs from
+  outside the image: ``rlstack.episodes.bundle``), /solution for the oracle; its own network
+  namespace whose one way out, to the proxy, is opened from outside (``netns.ProxyDoor``);
+- verifier, after every process of the agent is gone: the same overlay (what the agent changed
+  anywhere is what it sees), /tests, /logs/verifier; no network unless the task allows internet
+  and the operator does too (``verifier_internet``).
+
+Each phase runs in cgroups with the task's cpus and memory_mb (``cgroups``). Nothing of this
+module runs inside the image: an image with nothing but ``/bin/sh`` and the verifier's tools works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.sandboxes import safefs
+from rlstack.episodes.sandboxes.base import (
+    AGENT_EXIT_CODE,
+    AGENT_STDERR,
+    AGENT_STDOUT,
+    LOGS_AGENT,
+    LOGS_VERIFIER,
+    SOLUTION,
+    TEST_SCRIPT,
+    TESTS,
+    VERIFIER_OUTPUT,
+    PhaseOutcome,
+    SandboxError,
+    SandboxJob,
+    SandboxOutcome,
+    SandboxUnavailable,
+)
+from rlstack.episodes.sandboxes.bwrap import Bind
+from rlstack.episodes.sandboxes.cgroups import CgroupError, Limits, TrialCgroup
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig
+from rlstack.episodes.sandboxes.layers import TrialLayers, image_bwrap_argv, launcher_argv
+from rlstack.episodes.sandboxes.netns import ProxyDoor
+from rlstack.episodes.sandboxes.procgroup import kill_group, run_group
+
+log = logging.getLogger(__name__)
+
+BUNDLE_MOUNT = "/opt/rlstack"
+"""Where the agent bundle appears in every task image (the pod's init container copies it there too)."""
+
+
+class StatusPipe:
+    """bubblewrap's ``--json-status-fd``, read as it comes: ``child-pid`` once the sandbox exists
+    (its namespaces made, its command held on ``--block-fd``), ``exit-code`` at its end."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.status: dict = {}
+        self._buffer = b""
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.read_fd, 65536):
+                self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.status.update(json.loads(line))
+
+    async def child_pid(self) -> int:
+        loop = asyncio.get_running_loop()
+        while "child-pid" not in self.status:
+            ready = loop.create_future()
+            loop.add_reader(self.read_fd, lambda fut=ready: fut.done() or fut.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(self.read_fd)
+            self._drain()
+        return int(self.status["child-pid"])
+
+    def close_writer(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def finish(self) -> dict:
+        """Everything bubblewrap said, once its process is gone; closes both ends."""
+        self.close_writer()
+        if self.read_fd >= 0:
+            self._drain()
+            if self._buffer:
+                with contextlib.suppress(json.JSONDecodeError):
+                    self.status.update(json.loads(self._buffer))
+            os.close(self.read_fd)
+            self.read_fd = -1
+        return self.status
+
+
+class ImageSandbox:
+    """``LocalSandboxConfig(environment="image")``: trials in their tasks' images on this host."""
+
+    kind = "local"
+
+    def __init__(self, config: LocalSandboxConfig, images=None) -> None:  # noqa: ANN001 - a TaskImages or alike
+        self.config = config
+        if images is None:
+            from rlstack.episodes.images.resolve import TaskImages
+
+            images = TaskImages(config.images, lock_path=config.image_lock, build_missing=config.build_missing)
+        self.images = images
+        self.work_dir = config.work_dir or Path("/tmp/rlstack-sandboxes")  # noqa: S108 - the host's, not the agent's
+        self._active: dict[str, int] = {}
+        self._checked = False
+        self._tools: dict[str, str] = {}
+        self._probed: dict[str, str | None] = {}  # image id -> why no trial can run in it (None: fine)
+        self._probe_lock = threading.Lock()
+
+    def active(self) -> dict[str, int]:
+        return dict(self._active)
+
+    def check(self) -> None:
+        """bubblewrap, unshare and mount on this host, root (overlay mounts, entering a sandbox's
+        network namespace), and the agent bundle built."""
+        if self._checked:
+            return
+        for tool in (self.config.bwrap, "unshare", "mount"):
+            found = shutil.which(tool)
+            if found is None:
+                raise SandboxUnavailable(f"local image sandbox: {tool!r} not found (bubblewrap: apt-get install bubblewrap; "
+                                         "unshare and mount: util-linux)")
+            self._tools[tool] = found
+        if os.geteuid() != 0:
+            raise SandboxUnavailable("local image sandbox: needs root (overlay mounts of the task's image, the proxy's door "
+                                     "into each sandbox's network namespace); run the env server as root, or choose "
+                                     "environment: host for tasks without an image (docs/agent-trials.md)")
+        if not (self.config.bundle_dir / "manifest.json").is_file():
+            raise SandboxUnavailable(f"local image sandbox: no agent bundle at {self.config.bundle_dir} "
+                                     "(`make setup-agent-bundle`): agents run in task images from it")
+        self._checked = True
+
+    def prepare(self, tasks: list[HarborTask]) -> dict[str, str]:
+        """Every task's image had (from the lock file or built, ``images.jobs`` at once) and probed
+        before the first trial; returns task name -> why it cannot run (empty: all can)."""
+        self.check()
+        failed: dict[str, str] = {}
+        done = 0
+        with ThreadPoolExecutor(max_workers=self.config.images.jobs) as pool:
+            futures = {pool.submit(self._image_for, task): task for task in tasks}
+            for future in as_completed(futures):
+                done += 1
+                task = futures[future]
+                try:
+                    image = future.result()
+                    log.info("task images: %d/%d ready (%s: %s)", done, len(tasks), task.name, image.ref)
+                except SandboxError as exc:
+                    failed[task.name] = str(exc)
+                    log.error("task images: %d/%d, %s has none: %s", done, len(tasks), task.name, exc)
+        return failed
+
+    def _image_for(self, task: HarborTask):  # noqa: ANN202 - images.resolve.TaskImage
+        try:
+            image = self.images.rootfs(task)
+        except Exception as exc:  # an image that cannot be had is the environment's fault, never a reward
+            raise SandboxError(f"task {task.name}: no image to run in: {exc}") from exc
+        with self._probe_lock:
+            if image.image_id not in self._probed:
+                self._probed[image.image_id] = self._probe(image)
+        if (why := self._probed[image.image_id]) is not None:
+            raise SandboxError(f"task {task.name}: its image {image.ref} cannot run a trial: {why}")
+        return image
+
+    async def run(self, job: SandboxJob) -> SandboxOutcome:
+        await asyncio.to_thread(self.check)
+        image = await asyncio.to_thread(self._image_for, job.task)
+        layers = await asyncio.to_thread(self._prepare, job)
+        try:
+            agent = await self._agent(job, image, layers)
+            verifier = await self._verifier(job, image, layers)
+            return SandboxOutcome(agent=agent, verifier=verifier, image=image.ref)
+        finally:
+            if not self.config.keep_workspaces:
+                await asyncio.to_thread(layers.remove)
+
+    async def close(self) -> None:
+        for pgid in self._active.values():
+            kill_group(pgid)
+        self._active.clear()
+
+    def _probe(self, image) -> str | None:  # noqa: ANN001 - images.resolve.TaskImage
+        """Once per image, before its first trial: its ``/bin/sh`` runs in a sandbox like a trial's (an
+        image without one, or built for another architecture, is refused here, not trial by trial)."""
+        layers = TrialLayers.make(self.work_dir, "probe-")
+        status = StatusPipe()
+        try:
+            argv = launcher_argv(unshare=self._tools["unshare"], mount=self._tools["mount"], lowers=image.lowers, layers=layers,
+                                 sandbox=image_bwrap_argv(self._tools[self.config.bwrap], root=layers.merged, binds=[],
+                                                          command=["/bin/sh", "-c", "exit 0"], chdir="/",
+                                                          status_fd=status.write_fd, block_fd=None, unshare_net=True))
+            done = subprocess.run(argv, env={"PATH": self.config.path}, capture_output=True, timeout=60,
+                                  pass_fds=(status.write_fd,))
+            result = status.finish()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the probe did not run: {exc}"
+        finally:
+            status.finish()
+            layers.remove()
+        if done.returncode == 0 and result.get("exit-code") == 0:
+            return None
+        said = done.stderr.decode(errors="replace").strip()[-500:]
+        if "child-pid" not in result:
+            return f"its layers could not be mounted: {said}"
+        if "Exec format error" in said:
+            return f"its /bin/sh is for another architecture than this host's: {said}"
+        return f"no working /bin/sh in it (every trial phase runs through it): {said or result}"
+
+    def _prepare(self, job: SandboxJob) -> TrialLayers:
+        try:
+            for directory in (job.agent_dir, job.verifier_dir):
+                safefs.makedirs(directory, within=_trial_dir(job))
+            return TrialLayers.make(self.work_dir, f"{job.run}-{job.trial}-")
+        except OSError as exc:
+            raise SandboxError(f"local image sandbox: cannot prepare the trial's layers: {exc}") from exc
+
+    async def _agent(self, job: SandboxJob, image, layers: TrialLayers) -> PhaseOutcome:  # noqa: ANN001
+        binds = [Bind(job.agent_dir, LOGS_AGENT, writable=True), Bind(self.config.bundle_dir, BUNDLE_MOUNT)]
+        if job.mount_solution:
+            if job.task.solution_dir is None:
+                raise SandboxError(f"task {job.task.name} has no solution/solve.sh to mount")
+            binds.append(Bind(job.task.solution_dir, SOLUTION))
+        env, doors = _doors(job.agent_env)
+        command = job.agent_image_command or job.agent_command
+        outcome = await self._phase(job, "agent", image, layers, binds, command, env, job.agent_timeout_sec,
+                                    stdout=job.agent_dir / AGENT_STDOUT, stderr=job.agent_dir / AGENT_STDERR,
+                                    doors=doors, unshare_net=True)
+        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=_trial_dir(job))
+        return outcome
+
+    async def _verifier(self, job: SandboxJob, image, layers: TrialLayers) -> PhaseOutcome:  # noqa: ANN001
+        safefs.clear_dir(job.verifier_dir, within=_trial_dir(job))
+        binds = [Bind(job.agent_dir, LOGS_AGENT), Bind(job.verifier_dir, LOGS_VERIFIER, writable=True),
+                 Bind(job.task.tests_dir, TESTS)]
+        online = bool(job.task.config.environment.allow_internet) and self.config.verifier_internet
+        return await self._phase(job, "verifier", image, layers, binds, ["bash", TEST_SCRIPT], job.task.config.verifier.env, job.verifier_timeout_sec,
+                                 stdout=job.verifier_dir / VERIFIER_OUTPUT, stderr=None, doors=[], unshare_net=not online)
+
+    def _limits(self, job: SandboxJob) -> Limits:
+        env = job.task.config.environment
+        return Limits(cpus=env.cpus, memory_mb=env.memory_mb)
+
+    async def _phase(self, job: SandboxJob, phase: str, image, layers: TrialLayers, binds: list[Bind],  # noqa: ANN001
+                     command: list[str], env: dict[str, str], timeout: float, *, stdout: Path, stderr: Path | None,
+                     doors: list[ProxyDoor], unshare_net: bool) -> PhaseOutcome:
+        key = f"{job.run}/{job.trial}/{phase}"
+        cgroup = TrialCgroup(f"{job.run}-{job.trial}-{phase}", self._limits(job))
+        if not cgroup.limits.empty and self.config.limits == "enforce":
+            try:
+                await asyncio.to_thread(cgroup.create)
+            except CgroupError as exc:
+                raise SandboxError(f"local image sandbox: task {job.task.name}: {exc}") from exc
+        status = StatusPipe()
+        block_read, block_write = os.pipe() if doors else (-1, -1)
+        sandbox_env = {**image.config.env, "HOME": image.config.env.get("HOME", "/root"), **env, **cgroup.env()}
+        sandbox_env.setdefault("PATH", self.config.path)
+        argv = launcher_argv(
+            unshare=self._tools["unshare"], mount=self._tools["mount"], lowers=image.lowers, layers=layers,
+            sandbox=image_bwrap_argv(self._tools[self.config.bwrap], root=layers.merged, binds=binds, command=command,
+                                     chdir=image.config.working_dir or "/", status_fd=status.write_fd,
+                                     block_fd=block_read if doors else None, unshare_net=unshare_net))
+        failure: list[BaseException] = []
+
+        async def open_doors(pgid: int) -> None:
+            try:
+                pid = await status.child_pid()
+                for door in doors:
+                    await door.open(pid)
+                os.write(block_write, b"go")
+            except Exception as exc:  # noqa: BLE001 - recorded, the sandbox is killed, the trial is an infra error
+                failure.append(exc)
+                kill_group(pgid)
+
+        opener: asyncio.Task | None = None
+
+        def started(pgid: int) -> None:
+            nonlocal opener
+            self._active[key] = pgid
+            if doors:
+                opener = asyncio.ensure_future(open_doors(pgid))
+
+        started_at = datetime.now(UTC)
+        try:
+            pass_fds = (status.write_fd, block_read) if doors else (status.write_fd,)
+            try:
+                done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
+                                       kill_grace=self.config.kill_grace_sec, pass_fds=pass_fds, on_start=started,
+                                       within=_trial_dir(job))
+            except OSError as exc:
+                raise SandboxError(f"local image sandbox: cannot start {phase}: {exc}") from exc
+            finally:
+                self._active.pop(key, None)
+                if opener is not None:
+                    opener.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await opener
+            result = status.finish()
+        finally:
+            status.finish()
+            for fd in (block_read, block_write):
+                if fd >= 0:
+                    os.close(fd)
+            for door in doors:
+                await door.close()
+            oom = cgroup.oom_killed()
+            await asyncio.to_thread(cgroup.remove)
+        if failure:
+            raise SandboxError(f"local image sandbox: the proxy's door into the {phase} sandbox: {failure[0]}")
+        if "child-pid" not in result and not done.timed_out:
+            detail = _tail(stderr or stdout, _trial_dir(job))
+            raise SandboxError(f"local image sandbox: cannot set up the {phase} sandbox in {image.ref}: {detail}")
+        exit_code = result.get("exit-code", done.returncode) if not done.timed_out else done.returncode
+        if oom:
+            log.info("trial %s/%s: %s passed its memory limit (%s MB) and was killed", job.run, job.trial, phase,
+                     cgroup.limits.memory_mb)
+        return PhaseOutcome(started_at=started_at, finished_at=datetime.now(UTC), exit_code=exit_code,
+                            timed_out=done.timed_out)
+
+
+def _doors(agent_env: dict[str, str]) -> tuple[dict[str, str], list[ProxyDoor]]:
+    """One door per address the agent's ``*_BASE_URL`` names (the proxy), at the same port inside,
+    and the URLs pointed at the sandbox's own 127.0.0.1 (a hostname means nothing in there)."""
+    env, ports, doors = dict(agent_env), {}, []
+    for key, value in agent_env.items():
+        url = urlsplit(value)
+        if not key.endswith("_BASE_URL") or url.scheme != "http" or not url.hostname:
+            continue
+        target = (url.hostname, url.port or 80)
+        if target not in ports:
+            inside = target[1]
+            while inside in ports.values():
+                inside += 1
+            ports[target] = inside
+            doors.append(ProxyDoor(inside, *target))
+        env[key] = urlunsplit(url._replace(netloc=f"127.0.0.1:{ports[target]}"))
+    return env, doors
+
+
+def _trial_dir(job: SandboxJob) -> Path:
+    return job.agent_dir.parent
+
+
+def _tail(path: Path, within: Path) -> str:
+    try:
+        return safefs.read_text(path, within).strip()[-2000:]
+    except OSError as exc:
+        return f"(no output: {exc})"
