@@ -162,7 +162,7 @@ def phase(label: str, trials: int, args: argparse.Namespace) -> dict:
                    "--agent-command", agent, "--name", ENV_NAME, "--batcher-url", batcher_url, "--proxy-url", proxy_url,
                    "--registry-url", registry_url, "--trial-key-secret", SECRET, "--trials-dir", str(tmp / "trials"),
                    "--group-size", str(GROUP_SIZE), "--workers", str(groups), "--max-concurrent-trials", str(trials),
-                   "--max-staleness", "0", "--max-token-length", "32768"]
+                   "--max-staleness", "0", "--max-token-length", "32768", "--sandbox-environment", "host"]
         env_url = stack.enter_context(server(env_cmd, ports["env"], "/healthz", tmp / "env.log"))
         env_pid = listener_pid(ports["env"])
         time.sleep(2)

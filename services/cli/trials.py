@@ -84,7 +84,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
                                trials_dir=args.trials_dir, proxy_url=args.proxy_url, trial_key_secret=args.trial_key_secret,
                                run=args.run, runs_dir=args.runs_dir, max_turns=args.max_turns, max_tokens=args.max_tokens,
                                temperature=args.temperature, agent_timeout_seconds=args.agent_timeout_seconds,
-                               max_model_len=args.max_model_len)
+                               max_model_len=args.max_model_len, environment=args.environment)
         report = run_one(request)
     except (ValidationError, TrialInputError) as exc:
         log.error("%s", exc)
@@ -115,6 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     one.add_argument("--model", type=Path, help="model the replica serves (default: models/agent-demo; "
                                                 "models/<agent>-demo for claude-code, codex and opencode)")
     add_model_family(one)
+    one.add_argument("--environment", default="image", choices=["image", "host"],
+                     help="image: the trial runs in the task's image (the dataset's images.lock.json, or built here); "
+                          "host: on this host's tools (said loudly: a task that needs its image fails or scores 0)")
     one.add_argument("--trials-dir", type=Path, help="where the trial directory goes; with --proxy-url, that proxy's --trials-dir")
     one.add_argument("--runs-dir", type=Path, default=Path("runs"), help="the services started for the trial log under "
                                                                          "<runs-dir>/trial-<time>/logs")

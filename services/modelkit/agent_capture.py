@@ -124,7 +124,7 @@ def _service(name: str, args: list[str], logs: Path, python: Path | str, timeout
 
 async def _trials(tasks_dir: Path, trials_dir: Path, proxy_url: str, spec: CaptureSpec) -> dict[str, tuple[str, float | None]]:
     agent = spec.agent_spec()
-    sandbox = build_sandbox(LocalSandboxConfig())
+    sandbox = build_sandbox(LocalSandboxConfig(environment="host"))
     sandbox.check()
     dataset = load_dataset(tasks_dir)
     slots = asyncio.Semaphore(spec.concurrency)

@@ -64,6 +64,8 @@ class TrialRequest(BaseModel):
     agent_timeout_seconds: float | None = Field(default=None, gt=0)
     max_model_len: int | None = Field(default=None, ge=16)
     """vLLM --max-model-len of the replica started here (unset: the model's own)."""
+    environment: Literal["image", "host"] = "image"
+    """Where the trial runs: in the task's image, or (explicitly) on the host's tools."""
 
     @property
     def calls_model(self) -> bool:
@@ -193,7 +195,7 @@ async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_ur
     settings = EnvSettings(task="harbor", tasks_dir=task.path, run_id=req.run, name="trial", trial_key_secret=secret,
                            trials_dir=trials_dir, group_size=1, max_concurrent_trials=1, agent_max_turns=req.max_turns, max_tokens=req.max_tokens,
                            temperature=req.temperature, agent_timeout_seconds=req.agent_timeout_seconds,
-                           trial_retries=0, **fields)
+                           trial_retries=0, sandbox_environment=req.environment, **fields)
     metrics = CollectorRegistry()
     # The dataset is the task alone: the agent's sandbox hides its directory, nothing around it.
     runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics),

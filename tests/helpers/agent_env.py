@@ -13,7 +13,7 @@ from tests.conftest import REPO, start_service
 def agent_env_server(registry_url: str, proxy_url: str, trials_dir: Path, batcher: ServiceProcess, journal: Path, logs: Path,
                      run: str, name: str, secret: str, workers: int = 1) -> ServiceProcess:
     return start_service("envs", [
-        "--task", "harbor", "--tasks-dir", str(REPO / "examples" / "tasks"), "--agent", "builtin", "--sandbox", "local",
+        "--task", "harbor", "--tasks-dir", str(REPO / "examples" / "tasks"), "--agent", "builtin", "--sandbox", "local", "--sandbox-environment", "host",
         "--agent-max-turns", "1", "--max-tokens", "8", "--trials-dir", str(trials_dir), "--journal-dir", str(journal),
         "--batcher-url", batcher.url, "--proxy-url", proxy_url, "--registry-url", registry_url, "--run-id", run,
         "--name", name, "--group-size", "2", "--workers", str(workers), "--max-concurrent-trials", str(workers),

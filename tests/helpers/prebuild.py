@@ -79,8 +79,14 @@ def _scaffold_demo(out: Path) -> list[str]:
     return [sys.executable, "-m", "tests.integration.inference.scaffold_demo", str(out)]
 
 
-ORDER = ["agent-demo", "scaffold-demo", "image-trainer", "image-proxy"]
-"""The jobs' order, and so their tests': the warm starts first, whose tests run minutes (the image
+@job("task-images")
+def _task_images(out: Path) -> list[str]:
+    return [sys.executable, "-m", "tests.helpers.task_images"]
+
+
+ORDER = ["task-images", "agent-demo", "scaffold-demo", "image-trainer", "image-proxy"]
+"""The jobs' order, and so their tests': the task images first (a few minutes, and their tests take
+seconds each), then the warm starts, whose tests run minutes (the image
 builds go on meanwhile), the images last, whose tests take seconds once built."""
 
 

@@ -22,7 +22,7 @@ TASKS = REPO / "examples" / "tasks"
 
 
 def settings(tmp_path, **fields) -> EnvSettings:
-    return EnvSettings(task="harbor", tasks_dir=TASKS, trials_dir=tmp_path / "trials", run_id="ev", name="ev",
+    return EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=TASKS, trials_dir=tmp_path / "trials", run_id="ev", name="ev",
                        max_concurrent_trials=2, **fields)
 
 

@@ -37,7 +37,7 @@ class UnusedSandbox:
 def test_the_context_length_comes_from_the_replicas_registry_labels(service_factory):
     registry = service_factory("registry")
     closed = f"http://127.0.0.1:{free_port()}"  # vLLM's port as an env pod sees it: unreachable
-    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
+    settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy")
     metrics = CollectorRegistry()
     runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
@@ -61,7 +61,7 @@ def test_the_context_length_comes_from_the_replicas_registry_labels(service_fact
 def test_a_lagging_replica_does_not_hold_the_staleness_gate_shut(service_factory):
     registry = service_factory("registry")
     closed = f"http://127.0.0.1:{free_port()}"
-    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
+    settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy", group_size=2, max_staleness=1)
     metrics = CollectorRegistry()
     runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
@@ -101,7 +101,7 @@ def test_a_second_served_model_does_not_change_the_envs_version(service_factory)
 
     registry = service_factory("registry", ["--probe-interval-seconds", "0.2"])
     closed = f"http://127.0.0.1:{free_port()}"
-    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
+    settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy")
     metrics = CollectorRegistry()
     runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())

@@ -39,7 +39,7 @@ def test_home_runs_and_example_answers_are_hidden_by_default(tmp_path):
     task = HarborTask.load(write_task(tmp_path / "tasks" / "look", files={"look.py": LOOK}))
     spec = TrialSpec(run="hide", trial="default", task=task,
                      agent=AgentSpec(name="look", command=[sys.executable, "/app/look.py", json.dumps(probe)]))
-    result = asyncio.run(run_trial(spec, LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "ws")), tmp_path / "trials"))
+    result = asyncio.run(run_trial(spec, LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "ws")), tmp_path / "trials"))
     assert result.status == TrialStatus.OK, result.error
     seen = json.loads((tmp_path / "trials" / "hide" / "default" / "agent" / "seen.json").read_text())
     assert seen[str(example / "tests")] == [] and seen[str(example / "solution")] == []
@@ -52,7 +52,7 @@ def test_home_runs_and_example_answers_are_hidden_by_default(tmp_path):
 
 
 def test_the_env_servers_setting_replaces_the_default(tmp_path):
-    settings = dict(task="harbor", tasks_dir=REPO / "examples" / "tasks", group_size=2)
+    settings = dict(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2)
     registry = CollectorRegistry()
     chosen = AgentEnvRunner(EnvSettings(**settings, sandbox_hide_paths=[tmp_path]), EnvMetrics(registry),
                             AgentMetrics(registry))
@@ -93,7 +93,7 @@ def test_an_agent_cannot_read_or_forge_the_env_servers_trial_journal(tmp_path):
 
 
 def attack(tmp_path: Path, journal: Path, write) -> None:  # noqa: ANN001
-    settings = EnvSettings(task="harbor", tasks_dir=tmp_path / "tasks", run_id="r", name="agent-env", journal_dir=journal,
+    settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=tmp_path / "tasks", run_id="r", name="agent-env", journal_dir=journal,
                            trials_dir=tmp_path / "trials", agent="command",
                            agent_command=f"{sys.executable} /app/forge.py {journal}", proxy_url=f"http://127.0.0.1:{free_port()}")
     registry = CollectorRegistry()

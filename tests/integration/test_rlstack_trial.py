@@ -16,7 +16,7 @@ TASK = REPO / "examples" / "tasks" / "sum-numbers-1"
 
 
 def rlstack_trial(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlstack.cli", "trial", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlstack.cli", "trial", *args, "--environment", "host"], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 

@@ -17,7 +17,7 @@ DATASET = load_dataset(REPO / "examples" / "tasks")
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
-    box = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path_factory.mktemp("workspaces")))
+    box = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path_factory.mktemp("workspaces")))
     box.check()  # fails with the fix (install bubblewrap) rather than skipping
     return box
 

@@ -22,7 +22,7 @@ TASKS = REPO / "examples" / "tasks"
 
 
 def env_app(tmp_path, **fields):  # noqa: ANN001, ANN201
-    return build_app(EnvSettings(task="harbor", tasks_dir=TASKS, trials_dir=tmp_path / "trials", run_id="ev", name="ev",
+    return build_app(EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=TASKS, trials_dir=tmp_path / "trials", run_id="ev", name="ev",
                                  auth_token="env-token", agent_command="true {instruction}", **fields))
 
 

@@ -28,7 +28,7 @@ ANSWER_TEST = "#!/bin/bash\nif grep -qx 42 /app/answer.txt; then echo 1; else ec
 
 @pytest.fixture
 def sandbox(tmp_path):
-    box = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "workspaces", kill_grace_sec=0.5))
+    box = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces", kill_grace_sec=0.5))
     box.check()  # fails with the fix (install bubblewrap) rather than skipping
     return box
 
@@ -129,7 +129,7 @@ def test_cancelling_a_running_trial_kills_its_processes(task, sandbox, tmp_path)
 
 
 def test_no_bubblewrap_is_an_infra_error_not_a_zero(task, tmp_path):
-    box = LocalSandbox(LocalSandboxConfig(bwrap="/nonexistent/bwrap", work_dir=tmp_path / "workspaces"))
+    box = LocalSandbox(LocalSandboxConfig(environment="host", bwrap="/nonexistent/bwrap", work_dir=tmp_path / "workspaces"))
     result = run(trial(task, "no-bwrap", "true"), box, tmp_path)
     assert result.status == TrialStatus.INFRA_ERROR and result.reward is None
     assert "install bubblewrap" in result.error
@@ -172,7 +172,7 @@ def test_configured_host_paths_are_covered(task, tmp_path):
     secrets = tmp_path / "home"
     secrets.mkdir()
     (secrets / "credentials").write_text("s3cret")
-    box = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "workspaces", hide_paths=[secrets]))
+    box = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces", hide_paths=[secrets]))
     script = f"cat {secrets}/credentials > /logs/agent/peek.txt 2>&1 || echo hidden >> /logs/agent/peek.txt"
     run(trial(task, "covered", "sh", "-c", script), box, tmp_path)
     peek = (tmp_path / "trials" / "faults" / "covered" / "agent" / "peek.txt").read_text()

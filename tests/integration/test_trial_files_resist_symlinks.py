@@ -55,7 +55,7 @@ def plant(names: list[str], directory: str, outside: Path) -> str:
 
 
 def sandbox(tmp_path) -> LocalSandbox:
-    box = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "workspaces", kill_grace_sec=0.5))
+    box = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces", kill_grace_sec=0.5))
     box.check()
     return box
 

@@ -11,7 +11,7 @@ from tests.conftest import REPO
 
 def test_the_agent_env_server_makes_its_trials_directory(kube_api, tmp_path):
     trials = tmp_path / "data" / "trials"  # the shared claim, empty
-    settings = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", sandbox="kubernetes",
+    settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", sandbox="kubernetes",
                            sandbox_image="rlstack/trainer:test", sandbox_claim="shared", trials_dir=trials,
                            kube_api_url=kube_api.url, kube_namespace="rl")
     app = build_app(settings)

@@ -3,8 +3,9 @@
 Twenty-one CPU-sized tasks a small model can learn with a bash or write-file tool: arithmetic
 into a file, reading a file, fixing a one-line bug. Each has a reference solution
 (``solution/solve.sh``, reward 1) and a verifier that gives 0 to an untouched workspace.
-Verifiers need only bash and python3's standard library, so they run in the local sandbox on
-the host's tools as well as in the image their Dockerfile describes. Deterministic: the
+Verifiers need bash and python3's standard library, which each task's image installs
+(``FROM debian:bookworm-slim``, python3 from Debian), so a trial runs in that image; the host's
+tools have both too (``environment: host``). Deterministic: the
 committed ``examples/tasks`` is this script's output, and a test keeps it so.
 """
 
@@ -197,7 +198,9 @@ else
 fi
 """
 
-DOCKERFILE = """FROM python:3.11-slim
+DOCKERFILE = """FROM debian:bookworm-slim
+# The verifiers (and the fix-* tasks' own tests) run python3: the image installs it.
+RUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY . /app/
 """

@@ -34,7 +34,7 @@ def test_a_wrong_answer_then_a_crash_scores_zero(proxy, tmp_path, name, script, 
     task = HarborTask.load(write_task(tmp_path / "tasks" / "answer", test_sh=TEST))
     spec = TrialSpec(run="crash", trial=name, task=task, agent=AgentSpec(name="sh", command=["sh", "-c", script]),
                      env=agent_env(proxy.url, "crash", name, proxy.key("crash", name)))
-    sandbox = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "workspaces"))
+    sandbox = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces"))
     result = asyncio.run(run_trial(spec, sandbox, proxy.trials_dir))
     assert result.status == TrialStatus.AGENT_ERROR and result.agent.run.exit_code != 0
     records = proxy.lines("crash", name, expect=1) and read_trajectory(proxy.trials_dir / "crash" / name) if scored else []

@@ -36,7 +36,7 @@ def dataset(tmp_path: Path) -> Path:
 def start_agent_env(service_factory, batcher: ServiceProcess, proxy, registry, tasks: Path, run: str, agent: str,
                     group_size: int, *extra: str) -> ServiceProcess:
     return service_factory("envs", [
-        "--task", "harbor", "--tasks-dir", str(tasks), "--agent", agent, "--sandbox", "local", "--name", run,
+        "--task", "harbor", "--tasks-dir", str(tasks), "--agent", agent, "--sandbox", "local", "--sandbox-environment", "host", "--name", run,
         "--trials-dir", str(proxy.trials_dir), "--batcher-url", batcher.url, "--proxy-url", proxy.url,
         "--registry-url", registry.url, "--trial-key-secret", SECRET, "--run-id", run, "--group-size", str(group_size),
         "--workers", "1", "--max-batches-offpolicy", "1", "--trial-retries", "0", *extra], ready_timeout=60)

@@ -29,7 +29,7 @@ STEPS = 2
 
 def rlstack_trial(proxy, run: str, *args: str) -> tuple[dict, subprocess.CompletedProcess]:  # noqa: ANN001 - ProxyHandle
     done = subprocess.run([sys.executable, "-m", "rlstack.cli", "trial", str(TASK), "--proxy-url", proxy.url,
-                           "--trials-dir", str(proxy.trials_dir), "--trial-key-secret", SECRET, "--run", run, *args],
+                           "--trials-dir", str(proxy.trials_dir), "--trial-key-secret", SECRET, "--run", run, "--environment", "host", *args],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.stdout.strip(), done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done

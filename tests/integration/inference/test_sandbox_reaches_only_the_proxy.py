@@ -69,7 +69,7 @@ def test_the_sandbox_reaches_the_proxy_and_no_other_loopback_service(proxy, regi
     spec = TrialSpec(run=run, trial=trial, task=task,
                      agent=AgentSpec(name="probe", command=[sys.executable, "/app/probe.py", json.dumps(others)]),
                      env=agent_env(proxy.url, run, trial, proxy.key(run, trial)))
-    sandbox = LocalSandbox(LocalSandboxConfig(work_dir=tmp_path / "workspaces"))
+    sandbox = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces"))
     result = asyncio.run(run_trial(spec, sandbox, proxy.trials_dir))
     trial_dir = proxy.trials_dir / run / trial
     assert result.status == TrialStatus.OK, result.error

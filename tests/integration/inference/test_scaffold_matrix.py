@@ -213,7 +213,7 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])
-        result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig()), trials_dir))
+        result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig(environment="host")), trials_dir))
         root = trials_dir / "matrix" / trial
         assert result.status == "ok", (root / "agent" / "stdout.txt").read_text()[-2000:]
         assert result.reward == float((root / "verifier" / "reward.txt").read_text())

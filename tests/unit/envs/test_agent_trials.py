@@ -39,7 +39,7 @@ class UnusedSandbox:
 
 
 def runner(**settings) -> AgentEnvRunner:
-    s = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", group_size=2, **settings)
+    s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2, **settings)
     registry = CollectorRegistry()
     return AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=UnusedSandbox())
 

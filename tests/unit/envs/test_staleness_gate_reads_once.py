@@ -15,7 +15,7 @@ from tests.unit.envs.test_agent_trials import UnusedSandbox
 
 
 def test_a_hundred_waiting_groups_read_the_version_about_twice_a_second():
-    s = EnvSettings(task="harbor", tasks_dir=REPO / "examples" / "tasks", group_size=2, max_staleness=0)
+    s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2, max_staleness=0)
     registry = CollectorRegistry()
     r = AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=UnusedSandbox())
     r.batch_size = 2  # one group per batch: at version 0 the gate holds one group

@@ -1,0 +1,44 @@
+"""Task images for the tests: the Debian base made here (no registry is reachable), the base map
+that makes ``FROM debian:bookworm-slim`` resolve to it, and the example datasets built.
+
+The builds run once per session, in the background (``tests/helpers/prebuild.py``, job
+``task-images``: ``python -m tests.helpers.task_images``); a test that needs them waits for it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlstack.episodes.images.config import ImageSettings
+from tests.conftest import REPO
+
+BASE = "localhost/debian:bookworm-slim"
+BASE_MAP = {"debian:bookworm-slim": BASE}
+DATASETS = (REPO / "examples" / "image-tasks", REPO / "examples" / "tasks")
+CACHE = REPO / ".cache" / "task-images"
+
+
+def image_settings(**fields) -> ImageSettings:  # noqa: ANN003
+    return ImageSettings(base_map=BASE_MAP, cache_dir=CACHE, **fields)
+
+
+def build_all(datasets: tuple[Path, ...] = DATASETS) -> int:
+    """The base, then every dataset's images and lock file; the exit code of the worst build."""
+    from rlstack.episodes.images.base import build_base_image
+    from rlstack.episodes.images.dataset import build_dataset
+
+    settings = image_settings()
+    build_base_image(settings)
+    failed = 0
+    for dataset in datasets:
+        result = build_dataset(dataset, settings, progress=False)
+        for failure in result.failures:
+            print(failure, file=sys.stderr)
+        failed += len(result.failures)
+        print(f"{dataset}: {len(result.built)} images, {sum(b.rebuilt for b in result.built)} built", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(build_all())
