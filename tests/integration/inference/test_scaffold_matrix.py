@@ -8,7 +8,8 @@ dialect's form (chat ``tool_calls``, Anthropic ``tool_use`` blocks, Responses ``
 items), the agent runs them in the sandbox and sends back their output. Every cell asserts: the
 trial is ``ok``, at least two tool calls ran and their ids came back as tool results, every
 continued call was spliced onto its thread (0 thread breaks, one sequence on vLLM's ids), and the
-reward is the one the task's verifier wrote. ``FORCED_CELLS`` run the same checks on the tiny model
+reward is the one the task's verifier wrote. Every trial runs in its task's own image (Debian with
+python3 from Debian, no node), each agent from the agent bundle at /opt/rlstack. ``FORCED_CELLS`` run the same checks on the tiny model
 with the scripted teacher's turns forced in vLLM's sampler: scenarios the demo policy was not taught
 (claude-code's sub-agents). ``docs/agent-trials.md`` opens with both as a table (``python -m
 tests.integration.inference.test_scaffold_matrix`` prints it).
@@ -40,6 +41,7 @@ from rlstack.episodes.agents import (
 from rlstack.episodes.assemble import Assembly, assemble
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.harbor.make_tasks import generate, write_task
+from rlstack.episodes.images.base import build_base_image
 from rlstack.episodes.sandboxes import build_sandbox
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.trials.records import AgentSpec, TrialSpec
@@ -48,6 +50,7 @@ from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
 from rlstack.modelkit.teacher_forcing import TASKS_ENV, TURN_END, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.helpers.prebuild import SESSION
+from tests.helpers.task_images import image_settings
 from tests.integration.inference.conftest import ReplicaHandle, start_replica
 from tests.integration.inference.scaffold_demo import AGENTS
 
@@ -208,14 +211,17 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  
         write_task(spec, tmp_path / "tasks")
     agent = cell.make()
     tasks = sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name)
+    build_base_image(image_settings())  # at once when the session's task-images job made it
+    sandbox = build_sandbox(LocalSandboxConfig(images=image_settings()))  # each trial in its task's image
     for round_, task in product(range(ROUNDS), tasks):
         trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])
-        result = asyncio.run(run_trial(spec, build_sandbox(LocalSandboxConfig(environment="host")), trials_dir))
+        result = asyncio.run(run_trial(spec, sandbox, trials_dir))
         root = trials_dir / "matrix" / trial
-        assert result.status == "ok", (root / "agent" / "stdout.txt").read_text()[-2000:]
+        assert result.status == "ok", (result.error, (root / "agent" / "stdout.txt").read_text()[-2000:])
+        assert result.image and result.image.startswith(f"localhost/rlstack-task/{task.short_name}:")
         assert result.reward == float((root / "verifier" / "reward.txt").read_text())
 
         calls = sorted(read_trajectory(root), key=lambda r: r.started_at)
