@@ -3,6 +3,7 @@
     stack    up, ledger                                   run a stack of services locally
     models   make-tiny-model, make-demo-model, ...         build policies and their tasks
     trials   trial, sandbox, trial-key                     one trial, here or in a pod
+    tasks    tasks build, tasks base                       task images: built, locked, a Debian base
     checks   doctor, dryrun                                look before and while a run goes
 
 Commands import their heavy parts lazily so ``rlstack --help`` answers at once.
@@ -13,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlstack.cli import checks, models, stack, trials
+from rlstack.cli import checks, models, stack, tasks, trials
 from rlstack.common.logs import configure_logging
 
-GROUPS = (stack, models, trials, checks)
+GROUPS = (stack, models, trials, tasks, checks)
 
 
 def build_parser() -> argparse.ArgumentParser:
