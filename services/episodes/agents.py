@@ -19,11 +19,15 @@ from pydantic import BaseModel, ConfigDict
 
 from rlstack.common.trial_keys import agent_env
 from rlstack.episodes.bundle import paths as bundle
+from rlstack.episodes.bundle.sources import (  # noqa: F401 - where the CLIs are installed, named here too
+    CLAUDE_CODE_BIN,
+    CLAUDE_CODE_VERSION,
+    CODEX_BIN,
+    CODEX_VERSION,
+    OPENCODE_BIN,
+    OPENCODE_VERSION,
+)
 from rlstack.episodes.trials.records import INSTRUCTION_PLACEHOLDER, AgentSpec
-
-CLAUDE_CODE_VERSION = "2.1.330"
-"""The pinned @anthropic-ai/claude-code release (DESIGN.md measured its requests)."""
-CLAUDE_CODE_BIN = Path(".cache/claude-code/node_modules/.bin/claude")
 
 
 def agent_argv(command: str) -> list[str]:
@@ -101,9 +105,6 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -
     return AgentSpec(name="claude-code", command=command, env=env, image_command=[bundle.CLAUDE, *command[1:]])
 
 
-CODEX_VERSION = "0.171.0"
-"""The pinned @openai/codex release (a Rust binary in the npm package; its requests measured in docs/agent-trials.md)."""
-CODEX_BIN = Path(".cache/codex/node_modules/.bin/codex")
 CODEX_MODEL = "gpt-5-codex"
 """The name codex asks for: the proxy maps OpenAI names onto the policy on its Responses route only."""
 CODEX_INSTRUCTIONS = CLAUDE_CODE_SYSTEM_PROMPT
@@ -144,9 +145,6 @@ def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
                           "RLSTACK_CODEX_DISABLE": disable, "NO_COLOR": "1"})
 
 
-OPENCODE_VERSION = "1.18.33"
-"""The pinned opencode-ai release (a compiled Bun binary in the npm package; its requests measured in docs/agent-trials.md)."""
-OPENCODE_BIN = Path(".cache/opencode/node_modules/.bin/opencode")
 OPENCODE_TOOLS_OFF = ("glob", "grep", "list", "skill", "task", "todowrite", "todoread", "webfetch", "websearch",
                       "codesearch", "question", "write")
 """Tools a trial has no use for. ``write`` stays offered all the same: opencode ties it to ``edit``."""

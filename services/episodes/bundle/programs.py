@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rlstack
-from rlstack.episodes.agents import CLAUDE_CODE_BIN, CODEX_BIN, OPENCODE_BIN
 from rlstack.episodes.bundle import paths
 from rlstack.episodes.bundle.python_runtime import AGENT_PACKAGE, python_inputs, stage_python
+from rlstack.episodes.bundle.sources import CLAUDE_CODE_BIN, CODEX_BIN, OPENCODE_BIN
 
 
 @dataclass(frozen=True)
