@@ -24,12 +24,9 @@ from rlstack.episodes.sandboxes.image import ImageSandbox
 from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from tests.helpers.harbor_tasks import processes_with, sleep_marker, write_task
 from tests.helpers.prebuild import SESSION
-from tests.helpers.task_images import CACHE, DATASETS, image_settings
+from tests.helpers.task_images import CACHE, DATASETS, PYTHON_IMAGE, image_settings
 
 IMAGE_TASKS = DATASETS[0]
-PYTHON_IMAGE = ("FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
-                "&& rm -rf /var/lib/apt/lists/*\nWORKDIR /app\nCOPY . /app/\n")
-"""The example tasks' own first steps, so their cached layers serve these tasks too."""
 
 pytestmark = pytest.mark.prebuilt("task-images")
 
