@@ -225,10 +225,12 @@ run-agent: export RLSTACK_TASKS_BASE_MAP = $(TASKS_BASE_MAP)
 run-agent: setup setup-sandbox setup-images setup-task-base setup-agent-bundle $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT)) $(if $(MODEL_FAMILY),setup-families)
 ifneq ($(filter claude-code codex opencode,$(AGENT)),)
 	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT) $(if $(MODEL_FAMILY),--model-family $(MODEL_FAMILY))
+	$(VENV)/bin/rlstack tasks build data/$(AGENT)-tasks
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(if $(MODEL_FAMILY),RLSTACK_INFERENCE_ENABLE_LORA=false) \
 		$(VENV)/bin/rlstack up examples/local-agent-$(AGENT).yaml $(if $(MODEL_FAMILY),--model models/$(AGENT)-demo-$(MODEL_FAMILY))
 else
 	$(VENV)/bin/rlstack make-agent-demo --out models/agent-demo --tasks-out data/agent-tasks
+	$(VENV)/bin/rlstack tasks build data/agent-tasks
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent.yaml
 endif
 

@@ -103,7 +103,7 @@ def test_the_pod_is_labelled_locked_down_and_sized_by_task_toml(kube_api, tmp_pa
     assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["activeDeadlineSeconds"] == 60 + 30 + 300
     workspace, agent = pod["spec"]["initContainers"]
     verifier = pod["spec"]["containers"][0]
-    assert agent["resources"]["limits"] == {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "4Gi"}  # task.toml: cpus 1, memory_mb 512
+    assert agent["resources"]["limits"] == {"cpu": "1", "memory": "2048Mi", "ephemeral-storage": "4Gi"}  # task.toml: cpus 1, memory_mb 2048
     assert {m["mountPath"] for m in agent["volumeMounts"]} == {"/app", "/tmp", "/logs/agent"}  # no tests, no trials
     assert {"name": "OPENAI_BASE_URL", "value": "u"} in agent["env"]
     mounts = {m["mountPath"]: m for m in verifier["volumeMounts"]}

@@ -214,7 +214,7 @@ def task_toml(spec: TaskSpec) -> str:
             f"description = {s(spec.instruction.strip())}\nkeywords = [{s(spec.category)}]\n\n"
             f"[metadata]\ndifficulty = \"easy\"\ncategory = {s(spec.category)}\ngenerator = {s(MARKER)}\n\n"
             f"[agent]\ntimeout_sec = {spec.agent_timeout_sec}\n\n[verifier]\ntimeout_sec = 30.0\n\n"
-            f"[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 1024\n")
+            f"[environment]\ncpus = 1\nmemory_mb = 2048\nstorage_mb = 1024\n")
 
 
 def write_task(spec: TaskSpec, out: Path) -> Path:

@@ -128,6 +128,7 @@ class ImageSandbox:
         self._probed: dict[tuple[str, str], str | None] = {}  # (image id, agent) -> why it cannot run there (None: fine)
         self.manifest: BundleManifest | None = None
         self._probe_lock = threading.Lock()
+        self._probe_locks: dict[tuple[str, str], threading.Lock] = {}
 
     def active(self) -> dict[str, int]:
         return dict(self._active)
@@ -181,7 +182,9 @@ class ImageSandbox:
             raise SandboxError(f"task {task.name}: no image to run in: {exc}") from exc
         agent = self._bundled(agent_command)
         key = (image.image_id, agent[0] if agent else "")
-        with self._probe_lock:
+        with self._probe_lock:  # one probe per image and agent; probes of different images run at once
+            lock = self._probe_locks.setdefault(key, threading.Lock())
+        with lock:
             if key not in self._probed:
                 self._probed[key] = self._probe(image, agent)
         if (why := self._probed[key]) is not None:
