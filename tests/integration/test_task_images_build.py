@@ -22,8 +22,9 @@ from rlstack.episodes.images.lock import ImageLock, ImageLockError
 from rlstack.episodes.images.rootfs import remove_tree, unpacked_rootfs
 from tests.conftest import REPO
 from tests.helpers.harbor_tasks import write_task
+from tests.helpers.prebuild import SESSION
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.prebuilt("task-images")]
 
 ALPHA = """FROM debian:bookworm-slim
 RUN mkdir -p /opt/task-data && echo 42 > /opt/task-data/secret.txt
@@ -47,7 +48,9 @@ def _cli(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def base() -> str:
-    """``rlstack tasks base`` once per machine (about a minute): the image stays in podman's store."""
+    """``rlstack tasks base`` once per machine (about a minute): the image stays in podman's store.
+    The session's ``task-images`` job makes it first; these tests wait for it rather than race it."""
+    SESSION.wait("task-images")
     missing = [tool for tool in ("podman", "runc", "debootstrap") if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"missing {missing}: `make setup-images` installs them")

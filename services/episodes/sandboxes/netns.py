@@ -2,11 +2,13 @@
 
 A trial in a task image has nothing of ours to run a forwarder with (no python, maybe no libc we
 know), so nothing inside carries its traffic. Instead the env server enters the sandbox's network
-namespace from one short-lived thread (``setns`` is per thread), brings its loopback up, opens a
-listening socket on ``127.0.0.1:PORT`` there, and goes back: the socket stays in the sandbox's
-namespace while the env server's event loop accepts on it and splices each connection to the
-proxy's TCP address on the host. bubblewrap holds the sandbox's command (``--block-fd``) until the
-door is open, so the agent's first connection never races it.
+namespace from one short-lived thread (``setns`` is per thread), opens a listening socket on
+``127.0.0.1:PORT`` there once bubblewrap has given the namespace its loopback address, and goes
+back: the socket stays in the sandbox's namespace while the env server's event loop accepts on it
+and splices each connection to the proxy's TCP address on the host. bubblewrap holds the sandbox's
+command (``--block-fd``) until the door is open, so the agent's first connection never races it.
+The loopback is bubblewrap's to set up: bringing it up from here as well raced its own netlink
+request, which then failed the sandbox ("Failed RTM_NEWADDR", 8 of 40 trials in one run).
 
 Entering another namespace takes ``CAP_SYS_ADMIN`` over it: the env server runs as root (or with
 that capability), which the image backend needs for its overlay mounts anyway.
@@ -17,18 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import fcntl
+import errno
 import os
 import socket
-import struct
 import threading
+import time
 
 from rlstack.episodes.sandboxes.netbridge import holding, splice
 
 CLONE_NEWNET = 0x40000000
-SIOCGIFFLAGS = 0x8913
-SIOCSIFFLAGS = 0x8914
-IFF_UP = 0x1
+LOOPBACK_WAIT_SECONDS = 10.0
+"""How long bubblewrap may take to give the new namespace its 127.0.0.1 (milliseconds on an idle host)."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -39,11 +40,22 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns(CLONE_NEWNET): {os.strerror(err)}")
 
 
-def _loopback_up() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        request = struct.pack("16sH", b"lo", 0)
-        flags = struct.unpack("16sH", fcntl.ioctl(probe, SIOCGIFFLAGS, request)[:18])[1]
-        fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+def _listen(port: int, backlog: int) -> socket.socket:
+    """Bound as soon as the namespace has 127.0.0.1 (until then: EADDRNOTAVAIL)."""
+    deadline = time.monotonic() + LOOPBACK_WAIT_SECONDS
+    while True:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", port))
+            listener.listen(backlog)
+            listener.setblocking(False)
+            return listener
+        except OSError as exc:
+            listener.close()
+            if exc.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+        time.sleep(0.002)
 
 
 def listen_in_netns(pid: int, port: int, backlog: int = 128) -> socket.socket:
@@ -57,13 +69,7 @@ def listen_in_netns(pid: int, port: int, backlog: int = 128) -> socket.socket:
             try:
                 _setns(target)
                 try:
-                    _loopback_up()
-                    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    listener.bind(("127.0.0.1", port))
-                    listener.listen(backlog)
-                    listener.setblocking(False)
-                    result["socket"] = listener
+                    result["socket"] = _listen(port, backlog)
                 finally:
                     _setns(own)  # this thread goes back before it ends, whatever happened
             finally:
