@@ -152,3 +152,20 @@ def test_a_task_changed_after_its_build_is_refused_until_built_again(images, tmp
         images.rootfs(HarborTask.load(task.path))
     assert json.loads((dataset / "images.lock.json").read_text())["images"]["test/changing"]
     assert CACHE.is_dir()
+
+
+def test_a_lock_file_naming_an_image_this_host_lacks_is_refused_with_the_fix(images, tmp_path):
+    from rlstack.episodes.images.digest import environment_digest
+    from rlstack.episodes.images.lock import LockEntry
+
+    dataset = tmp_path / "tasks"
+    task = HarborTask.load(write_task(dataset / "gone", dockerfile=PYTHON_IMAGE))
+    missing = "sha256:" + "0" * 64
+    ImageLock(dataset=str(dataset), images={task.name: LockEntry(
+        ref="registry.example/rlstack-task/gone:x", image_id=missing, env_digest=environment_digest(task),
+        pushed_ref="registry.example/rlstack-task/gone@" + missing)}).write(dataset / "images.lock.json")
+    with pytest.raises(Exception, match=r"test/gone: the lock file names .* which is not here \(pull registry.example"):
+        TaskImages(image_settings(), build_missing=False).rootfs(task)
+    box = image_sandbox(tmp_path, build_missing=False)
+    result = trial(box, task, AgentSpec.nop(), tmp_path / "trials", "gone")
+    assert result.status == TrialStatus.INFRA_ERROR and "rlstack tasks build" in result.error
