@@ -7,7 +7,8 @@ and again unchanged (0 rebuilds: images are named by their environment's digest)
 Part 1, no model: ``--sandbox-trials`` trials of the nop agent (``true``) on
 ``examples/tasks/write-greeting-1`` through ``run_trial``, ``--concurrency`` at once, on four sides:
 ``host`` (bubblewrap on the host's tools, ``environment: host``), ``image`` (the default: bubblewrap
-rooted at an overlay of the task's image layers, a cgroup per phase, the proxy's door), ``podman``
+rooted at an overlay of the task's image layers, a cgroup per phase; the nop agent names no proxy, so
+no door is opened), ``podman``
 (the alternative: a container per phase, ``podman run --rm`` of the task's image with ``true`` then
 its check) and ``plain`` (the same two commands as plain subprocesses: no isolation at all, the
 baseline). Reports trials per minute, per-trial seconds, the start latency (the agent phase:
