@@ -64,6 +64,11 @@ class SandboxJob(BaseModel):
     private_paths: list[Path] = Field(default_factory=list)
     """Host paths the agent must not read: datasets (tests, solutions), other trials."""
 
+    @property
+    def trial_dir(self) -> Path:
+        """The trial's directory: trusted (the env server made it), unlike the agent's log directory in it."""
+        return self.agent_dir.parent
+
 
 class PhaseOutcome(BaseModel):
     """How one process (agent or verifier) ended."""

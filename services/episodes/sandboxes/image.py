@@ -29,7 +29,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from rlstack.episodes.bundle.manifest import BundleManifest, load_manifest
 from rlstack.episodes.bundle.paths import BUNDLE_MOUNT
@@ -57,6 +56,7 @@ from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.sandboxes.layers import TrialLayers, image_bwrap_argv, launcher_argv
 from rlstack.episodes.sandboxes.netns import ProxyDoor
 from rlstack.episodes.sandboxes.procgroup import kill_group, run_group
+from rlstack.episodes.sandboxes.proxy_urls import inside_addresses
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class ImageSandbox:
     def _prepare(self, job: SandboxJob) -> TrialLayers:
         try:
             for directory in (job.agent_dir, job.verifier_dir):
-                safefs.makedirs(directory, within=_trial_dir(job))
+                safefs.makedirs(directory, within=job.trial_dir)
             return TrialLayers.make(self.work_dir, f"{job.run}-{job.trial}-")
         except OSError as exc:
             raise SandboxError(f"local image sandbox: cannot prepare the trial's layers: {exc}") from exc
@@ -276,11 +276,11 @@ class ImageSandbox:
         outcome = await self._phase(job, "agent", image, layers, binds, command, env, job.agent_timeout_sec,
                                     stdout=job.agent_dir / AGENT_STDOUT, stderr=job.agent_dir / AGENT_STDERR,
                                     doors=doors, unshare_net=True)
-        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=_trial_dir(job))
+        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=job.trial_dir)
         return outcome
 
     async def _verifier(self, job: SandboxJob, image, layers: TrialLayers) -> PhaseOutcome:  # noqa: ANN001
-        safefs.clear_dir(job.verifier_dir, within=_trial_dir(job))
+        safefs.clear_dir(job.verifier_dir, within=job.trial_dir)
         binds = [Bind(job.agent_dir, LOGS_AGENT), Bind(job.verifier_dir, LOGS_VERIFIER, writable=True),
                  Bind(job.task.tests_dir, TESTS)]
         online = bool(job.task.config.environment.allow_internet) and self.config.verifier_internet
@@ -336,7 +336,7 @@ class ImageSandbox:
             try:
                 done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
                                        kill_grace=self.config.kill_grace_sec, pass_fds=pass_fds, on_start=started,
-                                       within=_trial_dir(job))
+                                       within=job.trial_dir)
             except OSError as exc:
                 raise SandboxError(f"local image sandbox: cannot start {phase}: {exc}") from exc
             finally:
@@ -358,7 +358,7 @@ class ImageSandbox:
         if failure:
             raise SandboxError(f"local image sandbox: the proxy's door into the {phase} sandbox: {failure[0]}")
         if "child-pid" not in result and not done.timed_out:
-            detail = _tail(stderr or stdout, _trial_dir(job))
+            detail = safefs.tail(stderr or stdout, job.trial_dir)
             raise SandboxError(f"local image sandbox: cannot set up the {phase} sandbox in {image.ref}: {detail}")
         exit_code = result.get("exit-code", done.returncode) if not done.timed_out else done.returncode
         if oom:
@@ -369,30 +369,6 @@ class ImageSandbox:
 
 
 def _doors(agent_env: dict[str, str]) -> tuple[dict[str, str], list[ProxyDoor]]:
-    """One door per address the agent's ``*_BASE_URL`` names (the proxy), at the same port inside,
-    and the URLs pointed at the sandbox's own 127.0.0.1 (a hostname means nothing in there)."""
-    env, ports, doors = dict(agent_env), {}, []
-    for key, value in agent_env.items():
-        url = urlsplit(value)
-        if not key.endswith("_BASE_URL") or url.scheme != "http" or not url.hostname:
-            continue
-        target = (url.hostname, url.port or 80)
-        if target not in ports:
-            inside = target[1]
-            while inside in ports.values():
-                inside += 1
-            ports[target] = inside
-            doors.append(ProxyDoor(inside, *target))
-        env[key] = urlunsplit(url._replace(netloc=f"127.0.0.1:{ports[target]}"))
-    return env, doors
-
-
-def _trial_dir(job: SandboxJob) -> Path:
-    return job.agent_dir.parent
-
-
-def _tail(path: Path, within: Path) -> str:
-    try:
-        return safefs.read_text(path, within).strip()[-2000:]
-    except OSError as exc:
-        return f"(no output: {exc})"
+    """One door per address the agent's ``*_BASE_URL`` names (the proxy), and the URLs pointed inside."""
+    env, ports = inside_addresses(agent_env)
+    return env, [ProxyDoor(inside, *target) for target, inside in ports.items()]

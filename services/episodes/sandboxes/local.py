@@ -24,7 +24,6 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from rlstack.episodes.sandboxes import safefs
 from rlstack.episodes.sandboxes.base import (
@@ -48,6 +47,7 @@ from rlstack.episodes.sandboxes.bwrap import Bind, bwrap_argv, runtime_paths
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.sandboxes.netbridge import HostBridge
 from rlstack.episodes.sandboxes.procgroup import kill_group, run_group
+from rlstack.episodes.sandboxes.proxy_urls import inside_addresses
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class LocalSandbox:
                 else:
                     shutil.copy2(entry, workspace / entry.name, follow_symlinks=False)
             for directory in (job.agent_dir, job.verifier_dir):
-                safefs.makedirs(directory, within=_trial_dir(job))
+                safefs.makedirs(directory, within=job.trial_dir)
         except OSError as exc:
             raise SandboxError(f"local sandbox: cannot prepare the workspace: {exc}") from exc
         return workspace
@@ -160,12 +160,12 @@ class LocalSandbox:
                 await bridge.close()
             if sockets is not None:
                 shutil.rmtree(sockets, ignore_errors=True)
-        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=_trial_dir(job))
+        safefs.write_text(job.agent_dir / AGENT_EXIT_CODE, f"{outcome.exit_code}\n", within=job.trial_dir)
         return outcome
 
     async def _verifier(self, job: SandboxJob, workspace: Path) -> PhaseOutcome:
         # A reward file must come from this verifier run, never from the agent or an earlier run.
-        safefs.clear_dir(job.verifier_dir, within=_trial_dir(job))
+        safefs.clear_dir(job.verifier_dir, within=job.trial_dir)
         binds = [Bind(workspace, APP, writable=True), Bind(job.agent_dir, LOGS_AGENT),
                  Bind(job.verifier_dir, LOGS_VERIFIER, writable=True), Bind(job.task.tests_dir, TESTS)]
         return await self._phase(job, "verifier", binds, ["bash", TEST_SCRIPT], job.task.config.verifier.env,
@@ -185,7 +185,7 @@ class LocalSandbox:
             try:
                 done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
                                        kill_grace=self.config.kill_grace_sec, pass_fds=(write_fd,),
-                                       on_start=lambda pgid: self._started(key, pgid), within=_trial_dir(job))
+                                       on_start=lambda pgid: self._started(key, pgid), within=job.trial_dir)
             except OSError as exc:
                 raise SandboxError(f"local sandbox: cannot start {phase}: {exc}") from exc
             finally:
@@ -199,7 +199,7 @@ class LocalSandbox:
             os.close(read_fd)
         finished_at = datetime.now(UTC)
         if "child-pid" not in status and not done.timed_out:
-            detail = _tail(stderr or stdout, _trial_dir(job))
+            detail = safefs.tail(stderr or stdout, job.trial_dir)
             raise SandboxError(f"local sandbox: bwrap failed to set up the {phase} sandbox: {detail}")
         exit_code = status.get("exit-code", done.returncode) if not done.timed_out else done.returncode
         return PhaseOutcome(started_at=started_at, finished_at=finished_at, exit_code=exit_code,
@@ -209,38 +209,17 @@ class LocalSandbox:
 async def _bridge(job: SandboxJob, sockets: Path) -> tuple[list[str], dict[str, str], list[HostBridge]]:
     """One host socket per address the agent's ``*_BASE_URL`` names (the proxy), the agent command
     wrapped in the in-sandbox forwarder, and the URLs pointed at the sandbox's own 127.0.0.1."""
-    env, ports, bridges, forwards = dict(job.agent_env), {}, [], []
-    for key, value in job.agent_env.items():
-        url = urlsplit(value)
-        if not key.endswith("_BASE_URL") or url.scheme != "http" or not url.hostname:
-            continue
-        target = (url.hostname, url.port or 80)
-        if target not in ports:
-            inside = target[1]
-            while inside in ports.values():
-                inside += 1
-            ports[target] = inside
-            path = sockets / f"{inside}.sock"
-            bridge = HostBridge(str(path), *target)
-            await bridge.start()
-            bridges.append(bridge)
-            forwards += ["--forward", f"{inside}={NET_DIR}/{path.name}"]
-        env[key] = urlunsplit(url._replace(netloc=f"127.0.0.1:{ports[target]}"))
+    env, ports = inside_addresses(job.agent_env)
+    bridges, forwards = [], []
+    for target, inside in ports.items():
+        path = sockets / f"{inside}.sock"
+        bridge = HostBridge(str(path), *target)
+        await bridge.start()
+        bridges.append(bridge)
+        forwards += ["--forward", f"{inside}={NET_DIR}/{path.name}"]
     if not bridges:
         return job.agent_command, env, bridges
     return [sys.executable, "-I", str(BRIDGE), *forwards, "--", *job.agent_command], env, bridges
-
-
-def _trial_dir(job: SandboxJob) -> Path:
-    """The trial's directory: trusted (the env server made it), unlike the agent's log directory in it."""
-    return job.agent_dir.parent
-
-
-def _tail(path: Path, within: Path) -> str:
-    try:
-        return safefs.read_text(path, within).strip()[-2000:]
-    except OSError as exc:
-        return f"(no output: {exc})"
 
 
 def _read_status(fd: int) -> dict:

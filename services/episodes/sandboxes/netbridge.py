@@ -57,6 +57,16 @@ async def splice(client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
                 await writer.wait_closed()
 
 
+async def splice_to(client: tuple[asyncio.StreamReader, asyncio.StreamWriter], host: str, port: int) -> None:
+    """``client`` spliced to a new connection to ``host:port``; closed at once when that cannot be made."""
+    try:
+        upstream = await asyncio.open_connection(host, port)
+    except OSError:
+        client[1].close()
+        return
+    await splice(client, upstream)
+
+
 def holding(handle, tasks: set):  # noqa: ANN001, ANN201
     """A connection handler whose task is kept in ``tasks`` while it runs.
 
@@ -89,12 +99,7 @@ class HostBridge:
         os.chmod(self.path, 0o666)  # the sandbox's user may be mapped to another uid
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            upstream = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            writer.close()
-            return
-        await splice((reader, writer), upstream)
+        await splice_to((reader, writer), self.host, self.port)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 
-from rlstack.episodes.sandboxes.netbridge import holding, splice
+from rlstack.episodes.sandboxes.netbridge import holding, splice_to
 
 CLONE_NEWNET = 0x40000000
 LOOPBACK_WAIT_SECONDS = 10.0
@@ -100,12 +100,7 @@ class ProxyDoor:
         self._server = await asyncio.start_server(holding(self._handle, self.connections), sock=listener)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            upstream = await asyncio.open_connection(self.host, self.port)
-        except OSError:
-            writer.close()
-            return
-        await splice((reader, writer), upstream)
+        await splice_to((reader, writer), self.host, self.port)
 
     async def close(self) -> None:
         if self._server is None:

@@ -150,6 +150,14 @@ def read_text(path: Path, within: Path, limit: int = READ_LIMIT) -> str:
     return read_bytes(path, within, limit).decode(errors="replace")
 
 
+def tail(path: Path, within: Path, chars: int = 2000) -> str:
+    """The end of a log the sandbox wrote, for an error message; what went wrong reading it otherwise."""
+    try:
+        return read_text(path, within).strip()[-chars:]
+    except OSError as exc:
+        return f"(no output: {exc})"
+
+
 def is_file(path: Path, within: Path) -> bool:
     """A regular file (not a symlink to one) at ``path``."""
     try:
