@@ -1,7 +1,8 @@
 """The ``local`` backend in a task's image: each trial a container of the task's own filesystem.
 
-Per trial: the task's image (``TaskImages``: from the lock file or built, unpacked once per
-digest) layered under an upper directory of the trial's own (``layers``), then the agent and the
+Per trial: the task's image (``TaskImages``: from the lock file or built; its layers as podman's
+store keeps them, or unpacked once per digest) under an upper directory of the trial's own
+(``layers``), then the agent and the
 verifier, each a bubblewrap sandbox rooted at that overlay:
 
 - agent: the image's tree at ``/`` (its WORKDIR as the working directory, its ENV), the trial's
