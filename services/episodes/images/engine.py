@@ -38,6 +38,8 @@ class ImageInfo(BaseModel):
     id: str
     """``sha256:<64 hex>``."""
     config: ImageConfig
+    layers: list[Path] = []
+    """With podman's overlay store: the image's layer directories, topmost first (empty otherwise)."""
 
     @property
     def hex(self) -> str:
@@ -60,14 +62,18 @@ class Engine:
         return subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
 
     def inspect(self, ref: str) -> ImageInfo:
+        layers: list[str] = []
         if self.tool == "podman":
             data = json.loads(self.check(["podman", "image", "inspect", ref]))[0]
             image_id, config = data["Id"], data.get("Config") or {}
+            driver = data.get("GraphDriver") or {}
+            if driver.get("Name") == "overlay":
+                layers = [driver["Data"]["UpperDir"], *filter(None, driver["Data"].get("LowerDir", "").split(":"))]
         else:
             data = json.loads(self.check(["buildah", "inspect", "--type", "image", ref]))
             image_id, config = data["FromImageID"], (data.get("OCIv1") or {}).get("config") or {}
         env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
-        return ImageInfo(id="sha256:" + image_id.removeprefix("sha256:"),
+        return ImageInfo(id="sha256:" + image_id.removeprefix("sha256:"), layers=[Path(p) for p in layers],
                          config=ImageConfig(working_dir=config.get("WorkingDir") or "/", env=env, user=config.get("User") or None))
 
     # --- command lines -------------------------------------------------------------------------

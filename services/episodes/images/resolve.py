@@ -12,7 +12,6 @@ cannot have an image fails every one of its trials the same way (an ``infra_erro
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
@@ -82,10 +81,11 @@ class TaskImages:
         if path is None:
             return None
         try:
-            return ImageLock.load(path).resolve(task)
+            lock = ImageLock.load(path)
+            if task.name not in lock.images and self.build_missing:
+                return None  # built here, as if there were no lock file
+            return lock.resolve(task)
         except ImageLockError as exc:
-            if self.build_missing and "has no image" in str(exc):
-                return None
             raise TaskImageError(str(exc)) from None
 
     def _resolve(self, task: HarborTask) -> TaskImage:
@@ -112,15 +112,8 @@ class TaskImages:
 
     def _layers(self, image_id: str) -> TaskImage:
         """The store's own layer directories when podman keeps them as overlay layers, else the unpacked tree."""
-        engine = Engine(self.settings)
-        if self.settings.builder == "podman":
-            data = json.loads(engine.check(["podman", "image", "inspect", image_id]))[0]
-            driver = data.get("GraphDriver") or {}
-            if driver.get("Name") == "overlay":
-                layers = [driver["Data"]["UpperDir"], *filter(None, driver["Data"].get("LowerDir", "").split(":"))]
-                if all(Path(layer).is_dir() for layer in layers):
-                    info = engine.inspect(image_id)
-                    return TaskImage(task="", ref="", image_id=info.id, lowers=[Path(p) for p in layers], config=info.config)
+        info = Engine(self.settings).inspect(image_id)
+        if info.layers and all(layer.is_dir() for layer in info.layers):
+            return TaskImage(task="", ref="", image_id=info.id, lowers=info.layers, config=info.config)
         tree = unpacked_rootfs(image_id, self.settings)
         return TaskImage(task="", ref="", image_id=tree.image_id, lowers=[tree.path], config=tree.config)
-

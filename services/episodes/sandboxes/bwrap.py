@@ -12,6 +12,9 @@ out (``netbridge`` brings the proxy in through a unix socket).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -73,3 +76,52 @@ def bwrap_argv(bwrap: str, *, binds: Sequence[Bind], hide: Sequence[Path], comma
     if status_fd is not None:
         argv += ["--json-status-fd", str(status_fd)]
     return [*argv, "--", *command]
+
+
+class StatusPipe:
+    """bubblewrap's ``--json-status-fd``, read as it comes: ``child-pid`` once the sandbox exists
+    (its namespaces made, its command held on ``--block-fd``), ``exit-code`` at its end."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.status: dict = {}
+        self._buffer = b""
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.read_fd, 65536):
+                self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.status.update(json.loads(line))
+
+    async def child_pid(self) -> int:
+        loop = asyncio.get_running_loop()
+        while "child-pid" not in self.status:
+            ready = loop.create_future()
+            loop.add_reader(self.read_fd, lambda fut=ready: fut.done() or fut.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(self.read_fd)
+            self._drain()
+        return int(self.status["child-pid"])
+
+    def close_writer(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def finish(self) -> dict:
+        """Everything bubblewrap said, once its process is gone; closes both ends."""
+        self.close_writer()
+        if self.read_fd >= 0:
+            self._drain()
+            if self._buffer:
+                with contextlib.suppress(json.JSONDecodeError):
+                    self.status.update(json.loads(self._buffer))
+            os.close(self.read_fd)
+            self.read_fd = -1
+        return self.status

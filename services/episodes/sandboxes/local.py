@@ -14,10 +14,7 @@ reaches the proxy named by its ``*_BASE_URL`` through ``netbridge`` and nothing 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -43,7 +40,7 @@ from rlstack.episodes.sandboxes.base import (
     SandboxOutcome,
     SandboxUnavailable,
 )
-from rlstack.episodes.sandboxes.bwrap import Bind, bwrap_argv, runtime_paths
+from rlstack.episodes.sandboxes.bwrap import Bind, StatusPipe, bwrap_argv, runtime_paths
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.sandboxes.netbridge import HostBridge
 from rlstack.episodes.sandboxes.procgroup import kill_group, run_group
@@ -174,29 +171,23 @@ class LocalSandbox:
     async def _phase(self, job: SandboxJob, phase: str, binds: list[Bind], command: list[str], env: dict[str, str],
                      timeout: float, *, stdout: Path, stderr: Path | None) -> PhaseOutcome:
         key = f"{job.run}/{job.trial}/{phase}"
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
+        pipe = StatusPipe()
         started_at = datetime.now(UTC)
         try:
             first, hide = self._hidden(job)
             argv = bwrap_argv(self.config.bwrap, binds=binds, hide=hide, hide_first=first, command=command, chdir=APP,
-                              status_fd=write_fd, expose=runtime_paths(), unshare_net=self._isolated)
+                              status_fd=pipe.write_fd, expose=runtime_paths(), unshare_net=self._isolated)
             sandbox_env = {"PATH": self.config.path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", **env}
             try:
                 done = await run_group(argv, env=sandbox_env, stdout=stdout, stderr=stderr, timeout=timeout,
-                                       kill_grace=self.config.kill_grace_sec, pass_fds=(write_fd,),
+                                       kill_grace=self.config.kill_grace_sec, pass_fds=(pipe.write_fd,),
                                        on_start=lambda pgid: self._started(key, pgid), within=job.trial_dir)
             except OSError as exc:
                 raise SandboxError(f"local sandbox: cannot start {phase}: {exc}") from exc
             finally:
                 self._active.pop(key, None)
-            os.close(write_fd)
-            write_fd = -1
-            status = _read_status(read_fd)
         finally:
-            if write_fd >= 0:
-                os.close(write_fd)
-            os.close(read_fd)
+            status = pipe.finish()
         finished_at = datetime.now(UTC)
         if "child-pid" not in status and not done.timed_out:
             detail = safefs.tail(stderr or stdout, job.trial_dir)
@@ -220,16 +211,3 @@ async def _bridge(job: SandboxJob, sockets: Path) -> tuple[list[str], dict[str, 
     if not bridges:
         return job.agent_command, env, bridges
     return [sys.executable, "-I", str(BRIDGE), *forwards, "--", *job.agent_command], env, bridges
-
-
-def _read_status(fd: int) -> dict:
-    """bwrap's ``--json-status-fd`` lines (``child-pid`` once started, ``exit-code`` at the end), merged."""
-    data = b""
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 65536):
-            data += chunk
-    status: dict = {}
-    for line in data.decode(errors="replace").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            status.update(json.loads(line))
-    return status
