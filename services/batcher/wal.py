@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,35 @@ class CorruptLogError(RuntimeError):
 
 def frame(kind: int, payload: bytes) -> bytes:
     return HEADER.pack(kind, len(payload), zlib.crc32(payload)) + payload
+
+
+def _scan(f: BinaryIO, path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """Each good record and the offset just past it; stops at a torn tail, raises on a bad record mid-log."""
+    total = os.fstat(f.fileno()).st_size
+    good = 0
+    while True:
+        header = f.read(HEADER.size)
+        if not header:
+            return
+        if len(header) == HEADER.size:
+            kind, length, crc = HEADER.unpack(header)
+            payload = f.read(length)
+            if len(payload) == length and zlib.crc32(payload) == crc:
+                good = f.tell()
+                yield kind, payload, good
+                continue
+            if good + HEADER.size + length < total:
+                # Valid-looking data follows: not a crash artefact.
+                raise CorruptLogError(f"{path}: bad record at byte {good}")
+        log.warning("wal: torn tail at byte %d of %d", good, total)
+        return
+
+
+def read_records(path: Path) -> Iterator[tuple[int, bytes]]:
+    """A log's records, read without writing: no file created, a torn tail left for the batcher to cut (the ledger's reader)."""
+    with path.open("rb") as f:
+        for kind, payload, _ in _scan(f, path):
+            yield kind, payload
 
 
 class WriteAheadLog:
@@ -62,25 +91,11 @@ class WriteAheadLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
         good = 0
-        total = self.path.stat().st_size
         with self.path.open("rb") as f:
-            while True:
-                header = f.read(HEADER.size)
-                if not header:
-                    break
-                if len(header) == HEADER.size:
-                    kind, length, crc = HEADER.unpack(header)
-                    payload = f.read(length)
-                    if len(payload) == length and zlib.crc32(payload) == crc:
-                        good = f.tell()
-                        yield kind, payload
-                        continue
-                    if good + HEADER.size + length < total:
-                        # Valid-looking data follows: not a crash artefact.
-                        raise CorruptLogError(f"{self.path}: bad record at byte {good}")
-                log.warning("wal: cutting torn tail at byte %d of %d", good, total)
-                break
-        if good < total:
+            for kind, payload, end in _scan(f, self.path):
+                good = end
+                yield kind, payload
+        if good < self.path.stat().st_size:
             os.truncate(self.path, good)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = good

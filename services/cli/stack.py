@@ -9,10 +9,17 @@ import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rlstack.cli.errors import UserError, config_error, no_such_file, read_yaml
 from rlstack.cli.flags import add_model_family
+from rlstack.cli.help import add_renamed
+
+if TYPE_CHECKING:
+    from rlstack.launcher.config import RunConfig
 
 log = logging.getLogger("rlstack")
+DEFAULT_CONFIG = Path("examples/local-foundation.yaml")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -20,25 +27,46 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def make_run_dir(runs_dir: Path, name: str) -> Path:
+    """A new run directory, and ``runs_dir/latest`` pointed at it. A ``latest`` that is not a link (an
+    empty directory or a file something left there) is replaced; one with files in it is refused, not lost."""
+    latest = runs_dir / "latest"
+    if latest.is_dir() and not latest.is_symlink():
+        if any(latest.iterdir()):
+            raise UserError(f"{latest} is a directory with files in it, not the link to the newest run: move it "
+                            f"away (mv {latest} {latest}.old) and start again")
+        latest.rmdir()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = runs_dir / f"{name}-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    latest = runs_dir / "latest"
     if latest.is_symlink() or latest.exists():
         latest.unlink()
     latest.symlink_to(run_dir.name)
     return run_dir
 
 
+def load_run_config(path: Path, default: bool) -> RunConfig:
+    """A run config, or one line naming the file and the key that is wrong."""
+    from pydantic import ValidationError
+
+    from rlstack.launcher.config import RunConfig
+
+    fix = ("the default config is relative: run from the repository root or name one, rlstack up PATH" if default
+           else "name a run config, e.g. examples/local-foundation.yaml")
+    data = read_yaml(path, "run config", fix)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(path, exc, data) from None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.common.model_families import ModelFamilyError
-    from rlstack.launcher.config import RunConfig
     from rlstack.launcher.health import print_health, smoke_check
     from rlstack.launcher.preflight import check_replicas, with_model, with_model_family
     from rlstack.launcher.progress import wait_for
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
-    config = RunConfig.load(args.config)
+    config = load_run_config(args.config or DEFAULT_CONFIG, default=args.config is None)
     if args.model:
         config = with_model(config, str(args.model))
     if args.model_family:
@@ -96,13 +124,21 @@ def show_summary(run_dir: Path) -> None:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    """Where every finished trial of a local agent run went (``rlstack.ops.ledger``); exit 1 if any was lost."""
+    """Where every finished trial of a local agent run went (``rlstack.ops.ledger``); exit 1 if any was lost.
+    Read only: a missing run is an error, never an empty ledger, and nothing is created on the way."""
     from rlstack.ops.ledger import LedgerSources, audit
 
-    ledger = audit(**LedgerSources.of(args.run_dir, args.run).model_dump())
+    if not args.run_dir.is_dir():
+        raise no_such_file(args.run_dir, "run directory", "name a run directory of `rlstack up` (runs/<name>-<time>), "
+                           "or the chart's shared volume with --run-id")
+    sources = LedgerSources.of(args.run_dir, args.run)
+    if missing := sources.missing():
+        raise UserError(f"{args.run_dir} is not a finished agent run: it lacks "
+                        f"{', '.join(str(p.relative_to(args.run_dir)) for p in missing)}"
+                        + ("" if args.run else " (a chart's shared volume? add --run-id RUN)"))
+    ledger = audit(**sources.model_dump())
     print(ledger.model_dump_json(indent=2))
     return 0 if ledger.ok else 1
-
 
 
 def cmd_plot_runs(args: argparse.Namespace) -> int:
@@ -127,21 +163,24 @@ def cmd_plot_runs(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start the services of a run config as local processes")
-    up.add_argument("config", type=Path, nargs="?", default=Path("examples/local-foundation.yaml"))
+    up.add_argument("config", type=Path, nargs="?", default=None,
+                    help=f"a run config (examples/*.yaml); default {DEFAULT_CONFIG}, relative to the current directory")
     up.add_argument("--check", action="store_true", help="start, run the health chain and a smoke round trip, stop")
     up.add_argument("--model", type=Path, default=None,
                     help="the model every service that names one (the replicas, the trainer) takes instead of the config's")
     add_model_family(up, help="serve every replica's model as this family (unset: read from each model directory)")
     up.set_defaults(func=cmd_up)
     ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
-                                           "a reason, still queued, or lost (exit 1 if any was lost or trained twice)")
+                                           "a reason, still queued, or lost (exit 1 if any was lost or trained twice; "
+                                           "2 if the run or its files are missing); reads only")
     ledger.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"),
-                        help="a run directory of `rlstack up`, or with --run the chart's shared volume")
-    ledger.add_argument("--run", default=None, help="the run (release name, or <release>-<trainer.runId>) whose files on "
-                                                    "the chart's shared volume to audit; run_dir is then the volume's root")
+                        help="a run directory of `rlstack up`, or with --run-id the chart's shared volume")
+    add_renamed(ledger, "--run-id", "--run", dest="run", default=None,
+                help="the chart's run id (the release name, or <release>-<trainer.runId>) whose files on the shared "
+                     "volume to audit; run_dir is then the volume's root")
     ledger.set_defaults(func=cmd_ledger)
     plot = sub.add_parser("plot-runs", help="several runs (seeds) on one PNG: reward per step and held-out score")
     plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>)")
-    plot.add_argument("--out", type=Path, required=True)
-    plot.add_argument("--title", default="GRPO, one line per run")
+    plot.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    plot.add_argument("--title", default="GRPO, one line per run", help="the figure's title")
     plot.set_defaults(func=cmd_plot_runs)

@@ -27,7 +27,7 @@ from rlstack.batcher.records import (
     decode_keyed_groups,
     event_adapter,
 )
-from rlstack.batcher.wal import WriteAheadLog
+from rlstack.batcher.wal import read_records
 from rlstack.common.contracts.atropos import group_name
 from rlstack.envs.journal import (
     TRIAL_OF_GROUP,
@@ -72,11 +72,11 @@ class Ledger(BaseModel):
 
 def read_batcher_log(path: Path) -> BatcherLog:
     """Every group the log names, by id, then what its events did to them. A compacted log has
-    forgotten groups served before it: the trainer's records name those."""
+    forgotten groups served before it: the trainer's records name those. Read only: an audit never writes to the run."""
     names: dict[int, str] = {}
     served_ids: set[int] = set()
     dropped_ids: dict[int, str] = {}
-    for kind, payload in WriteAheadLog(path).open():
+    for kind, payload in read_records(path) if path.is_file() else ():
         if kind in (RecordKind.GROUPS, RecordKind.KEYED_GROUPS):
             if kind == RecordKind.GROUPS:
                 first_id, raw = decode_groups(payload)
@@ -138,6 +138,13 @@ class LedgerSources(BaseModel):
                        batcher_wal=directory / "batcher" / "batcher.wal", trainer_metrics=directory / "metrics.jsonl")
         return cls(trials_dir=directory / "trials", journal_dir=directory / "env-journal", run=run,
                    batcher_wal=directory / "batcher" / run / "batcher.wal", trainer_metrics=directory / "runs" / run / "metrics.jsonl")
+
+    def missing(self) -> list[Path]:
+        """What a finished agent run leaves and this one lacks: an audit without it would report a
+        run that never happened as one that lost nothing."""
+        wanted = [(self.trials_dir, Path.is_dir), (self.journal_dir, Path.is_dir), (self.batcher_wal, Path.is_file),
+                  (self.trainer_metrics, Path.is_file)]
+        return [path for path, present in wanted if not present(path)]
 
 
 def audit(trials_dir: Path, journal_dir: Path, batcher_wal: Path, trainer_metrics: Path, run: str = "*") -> Ledger:
