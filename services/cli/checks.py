@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlstack.cli.errors import config_error, read_yaml
 from rlstack.common.names import SERVED_MODEL_NAME
 
 
@@ -31,12 +32,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_dryrun(args: argparse.Namespace) -> int:
     import json
 
+    from pydantic import ValidationError
     from rich.console import Console
     from rich.table import Table
 
     from rlstack.ops.dryrun import run_dryrun
 
-    plan, findings, memory = run_dryrun(args.config, args.model_dir)
+    data = read_yaml(args.config, "run config or values file",
+                     "name a run config (examples/*.yaml) or a chart values file (charts/rlstack/values*.yaml)")
+    try:
+        plan, findings, memory = run_dryrun(args.config, args.model_dir)
+    except ValidationError as exc:
+        raise config_error(args.config, exc, data) from None
     print(json.dumps({"plan": plan.model_dump(), "memory": memory}, indent=2))
     table = Table(title=f"rlstack dryrun {args.config}")
     for col in ("check", "ok", "detail"):
@@ -51,21 +58,23 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     doctor = sub.add_parser("doctor", help="walk the health chain (proxy, replicas, batcher, GPUs, sandboxes) and explain failures")
-    doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000")
-    doctor.add_argument("--registry-url", default="http://127.0.0.1:8100")
-    doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000")
+    doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000", help="the proxy the agents call")
+    doctor.add_argument("--registry-url", default="http://127.0.0.1:8100", help="the registry of replicas")
+    doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000", help="the batcher the env servers post to")
     doctor.add_argument("--served-model-name", "--served-model", dest="served_model_name", default=SERVED_MODEL_NAME,
                         help="the name the replicas serve the policy under (--served-model: its old name)")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
     doctor.add_argument("--run-dir", type=Path, default=Path("runs/latest"),
                         help="a local run (rlstack up): names a service in a restart loop from its restarts.json")
     doctor.add_argument("--run-prefix", help="also check sandbox pods labelled harbor-run=<prefix> (needs cluster access)")
-    doctor.add_argument("--namespace")
+    doctor.add_argument("--namespace", help="the release's namespace; default: the kubeconfig's or the in-cluster one")
     doctor.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")
     doctor.add_argument("--probe-image", help="check that NetworkPolicies are enforced: a sandbox-labelled pod in this image "
                         "(with python3) must not reach vLLM's port (needs create/watch/delete on pods)")
     doctor.set_defaults(func=cmd_doctor)
     dry = sub.add_parser("dryrun", help="check a run config or values file against the model's config before starting anything")
-    dry.add_argument("config", type=Path)
-    dry.add_argument("--model-dir", help="a local copy of the model directory the config names (for values files)")
+    dry.add_argument("config", type=Path, help="a run config (examples/*.yaml) or a chart values file; a values file "
+                                               "other than values.yaml is read over the values.yaml beside it")
+    dry.add_argument("--model-dir", help="a local copy of the model the config names; for a values file, default: "
+                                         "model.path when present here, else model.source (a Hub repo id, a hostPath)")
     dry.set_defaults(func=cmd_dryrun)

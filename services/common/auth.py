@@ -1,4 +1,4 @@
-"""Optional bearer-token check for mutating routes (constant-time compare)."""
+"""Optional bearer-token check on a service's routes, reads included (constant-time compare)."""
 
 from __future__ import annotations
 

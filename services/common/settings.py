@@ -49,7 +49,8 @@ class ServiceSettings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     """One line per event; json for log collectors."""
     auth_token: SecretStr | None = None
-    """Bearer token required on mutating routes; unset disables auth."""
+    """Bearer token the registry, batcher and trainer require on every route, reads too (their lists name the run's replicas
+    and groups), and the env server on /evaluate; /healthz, /readyz and /metrics stay open. Unset: no auth."""
     config: Path | None = None
     """YAML file of settings (field names as keys); env vars and flags override what it says."""
     dry_run: bool = False

@@ -22,6 +22,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import SettingsError
 
+from rlstack.ops.chart_model import ChartModel, chart_model
+
 GIB = 1024**3
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -49,6 +51,10 @@ class Plan(BaseModel):
 
     source: str
     model: str
+    model_revision: str | None = None
+    """The Hub revision when ``model`` is a repo id (a values file's ``model.source.hub``)."""
+    model_hint: str = ""
+    """The fix shown when ``model`` cannot be read (a values file's model lives on the chart's volume)."""
     device: str = "cuda"
     tensor_parallel_size: int = 1
     sync_mode: str = "filesystem"
@@ -183,7 +189,8 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
     except ValidationError as exc:
         findings.append(Finding(check="settings", ok=False, detail=f"trainer.env: {_problems(exc)}"))
         trainer_settings = resolve_settings("rlstack.trainer", [], {})
-    plan = Plan(source=str(path), model=model_dir or data.get("model", {}).get("path", ""),
+    where = ChartModel(model=model_dir) if model_dir else chart_model(data)
+    plan = Plan(source=str(path), model=where.model, model_revision=where.revision, model_hint=where.hint,
                 device=inference.get("device", "cuda"), tensor_parallel_size=int(inference.get("tensorParallelSize", 1)),
                 sync_mode=env.get("RLSTACK_TRAINER_SYNC_MODE", "filesystem"),
                 lora_rank=int(env["RLSTACK_TRAINER_LORA_RANK"]) if "RLSTACK_TRAINER_LORA_RANK" in env else None,
@@ -281,13 +288,18 @@ def check_model(plan: Plan) -> tuple[list[Finding], dict[str, Any]]:
 
     findings: list[Finding] = []
     try:
-        cfg = AutoConfig.from_pretrained(plan.model)
+        cfg = AutoConfig.from_pretrained(plan.model, revision=plan.model_revision)
     except (OSError, ValueError) as exc:
-        return [Finding(check="model config", ok=False, detail=f"{plan.model}: {str(exc).splitlines()[0][:200]}")], {}
+        hint = f"; {plan.model_hint}" if plan.model_hint else ""
+        return [Finding(check="model config", ok=False, detail=f"{plan.model}: {str(exc).splitlines()[0][:200].rstrip('.')}{hint}")], {}
     arch = getattr(cfg, "architectures", None) or []
     causal = any(a.endswith("ForCausalLM") for a in arch) and not getattr(cfg, "is_encoder_decoder", False)
     findings.append(Finding(check="decoder-only causal LM", ok=causal, detail=f"{cfg.model_type} {arch}"))
-    findings.append(family_finding(plan.model))
+    if Path(plan.model).is_dir():
+        findings.append(family_finding(plan.model))
+    else:  # a Hub repo: only its config.json was fetched, and a family is told by the tokenizer too
+        findings.append(Finding(check="model family", ok=True, detail=f"not checked: {plan.model} is no local directory "
+                                "(--model-dir DIR checks it; each replica checks it at start)"))
     heads = cfg.num_attention_heads
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     tp = plan.tensor_parallel_size
