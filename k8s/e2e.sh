@@ -123,6 +123,11 @@ CPU="$cpu" TAG=dev DRY_RUN="$dry" bash "$here/images.sh"
 for image in rlstack/trainer:dev rlstack/proxy:dev "$vllm_image"; do
   run kind load docker-image "$image" --name "$cluster"
 done
+# The agent bundle and the example tasks' images live in podman's store: loaded as archives.
+task_images="$(capture localhost/rlstack-task/x:1 python3 -c 'import json, sys; print(" ".join(sorted({e["ref"] for e in json.load(open(sys.argv[1]))["images"].values()})))' "$repo/examples/tasks/images.lock.json")"
+for image in rlstack/agent-bundle:dev $task_images; do
+  run sh -c "podman save '$image' | kind load image-archive /dev/stdin --name '$cluster'"
+done
 
 log "install (the model Job puts the model on the volume; replicas and trainer wait for it)"
 run helm upgrade --install "$release" "$chart" -n "$namespace" --create-namespace -f "$values" "${install_flags[@]}" \

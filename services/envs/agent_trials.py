@@ -121,14 +121,16 @@ class AgentEnvRunner(EnvRunner):
 
     def _sandbox(self) -> Sandbox:
         if self.s.sandbox == "kubernetes":
-            if not (self.s.sandbox_image and self.s.sandbox_claim):
-                raise ValueError("--sandbox kubernetes needs --sandbox-image and --sandbox-claim")
+            if not self.s.sandbox_claim:
+                raise ValueError("--sandbox kubernetes needs --sandbox-claim")
+            config = KubernetesSandboxConfig(
+                environment=self.s.sandbox_environment, image=self.s.sandbox_image, bundle_image=self.s.sandbox_bundle_image,
+                bundle_source=self.s.sandbox_bundle_source, image_lock=self.s.sandbox_image_lock,
+                image_pull_policy=self.s.sandbox_image_pull_policy, claim_name=self.s.sandbox_claim,
+                trials_dir=self.s.trials_dir.resolve(), trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
             from rlstack.envs.cluster import sandbox_manager
 
             self._kube, manager = sandbox_manager(self.s)
-            config = KubernetesSandboxConfig(image=self.s.sandbox_image, claim_name=self.s.sandbox_claim,
-                                             trials_dir=self.s.trials_dir.resolve(),
-                                             trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
             sandbox = build_sandbox(config, manager)
         else:
             sandbox = build_sandbox(local_sandbox_config(self.s))

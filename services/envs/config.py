@@ -89,7 +89,13 @@ class EnvSettings(PolicySettings):
     sandbox: Literal["local", "kubernetes"] = "local"
     """harbor: where trials run (``local``: bubblewrap on this host; ``kubernetes``: a pod per trial)."""
     sandbox_image: str | None = None
-    """kubernetes: the image every trial phase runs in (bash, python3 with rlstack, the agent)."""
+    """kubernetes, environment host: the image every trial phase runs in (bash, python3 with rlstack, the agent)."""
+    sandbox_bundle_image: str | None = None
+    """kubernetes, environment image: the agent bundle's image, copied into each trial pod by an init container."""
+    sandbox_bundle_source: Literal["copy", "volume"] = "copy"
+    """kubernetes: ``copy`` (an init container, any cluster) or ``volume`` (an image volume: Kubernetes' ImageVolume feature)."""
+    sandbox_image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    """kubernetes: of the task images and the bundle image."""
     sandbox_claim: str | None = None
     """kubernetes: the RWX claim that holds ``trials_dir`` (mounted here and in every trial pod)."""
     sandbox_trials_subpath: str = "trials"
@@ -97,10 +103,11 @@ class EnvSettings(PolicySettings):
     sandbox_python: str = "python"
     """kubernetes: the Python (with rlstack) inside ``sandbox_image``."""
     sandbox_environment: Literal["image", "host"] = "image"
-    """local: ``image`` runs each trial in its task's image (the lock file's, or built here before the
-    first trial); ``host`` on this host's tools, for tasks that need no image (warned per run)."""
+    """``image`` runs each trial in its task's image (local: the lock file's, or built here before the
+    first trial; kubernetes: the lock file's, by digest once pushed); ``host``: local, on this host's
+    tools (warned per run); kubernetes, every phase in ``sandbox_image``. For tasks that need no image."""
     sandbox_image_lock: Path | None = None
-    """local: the lock file ``rlstack tasks build`` wrote; unset: the dataset's ``images.lock.json`` if any."""
+    """The lock file ``rlstack tasks build`` wrote; unset: the dataset's ``images.lock.json`` if any."""
     sandbox_build_images: bool = True
     """local: build the images the lock file lacks (podman) before the first trial."""
     sandbox_bundle_dir: Path | None = None

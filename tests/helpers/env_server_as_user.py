@@ -40,7 +40,7 @@ trials = Path(req["trials"])
 trials.mkdir(parents=True, exist_ok=True)  # as the env server does on a fresh claim
 manager = SandboxManager(connect(req["api"], req["namespace"]), req["namespace"], req["run"],
                          owner=SandboxOwner(name="env-0", uid="u-0"))
-box = build_sandbox(KubernetesSandboxConfig(image="rlstack:test", claim_name="shared", trials_dir=trials,
+box = build_sandbox(KubernetesSandboxConfig(environment="host", image="rlstack:test", claim_name="shared", trials_dir=trials,
                                             trials_subpath="trials", python=sys.executable), manager)
 
 async def main():

@@ -1,5 +1,6 @@
 """Task images for the tests: the Debian base made here (no registry is reachable), the base map
-that makes ``FROM debian:bookworm-slim`` resolve to it, and the example datasets built.
+that makes ``FROM debian:bookworm-slim`` resolve to it, the example datasets built, and the agent
+bundle's image (trial pods copy the bundle from it).
 
 The builds run once per session, in the background (``tests/helpers/prebuild.py``, job
 ``task-images``: ``python -m tests.helpers.task_images``); a test that needs them waits for it.
@@ -17,6 +18,7 @@ from tests.conftest import REPO
 BASE_MAP = LOCAL_BASE_MAP
 DATASETS = (REPO / "examples" / "image-tasks", REPO / "examples" / "tasks")
 CACHE = REPO / ".cache" / "task-images"
+BUNDLE = REPO / ".cache" / "agent-bundle"
 PYTHON_IMAGE = ("FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
                 "&& rm -rf /var/lib/apt/lists/*\nWORKDIR /app\nCOPY . /app/\n")
 """A test task's Dockerfile: the example tasks' own first steps, so their cached layers serve it too."""
@@ -28,11 +30,13 @@ def image_settings(**fields) -> ImageSettings:  # noqa: ANN003
 
 def build_all(datasets: tuple[Path, ...] = DATASETS) -> int:
     """The base, then every dataset's images and lock file; the exit code of the worst build."""
+    from rlstack.episodes.bundle.image import build_bundle_image
     from rlstack.episodes.images.base import build_base_image
     from rlstack.episodes.images.dataset import build_dataset
 
     settings = image_settings()
     build_base_image(settings)
+    print(f"agent bundle image: {build_bundle_image(BUNDLE, settings)}", flush=True)
     failed = 0
     for dataset in datasets:
         result = build_dataset(dataset, settings, progress=False)

@@ -26,7 +26,7 @@ LOOK = r'''
 import json, os, sys
 paths = json.loads(sys.argv[1])
 seen = {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in paths}
-import rlstack.episodes.sandboxes.safefs  # the runtime is visible
+import rlstack.common.safefs  # the runtime is visible
 open("/logs/agent/seen.json", "w").write(json.dumps(seen))
 '''
 

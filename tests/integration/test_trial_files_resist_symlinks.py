@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from rlstack.common import safefs
 from rlstack.episodes.harbor import HarborTask
-from rlstack.episodes.sandboxes import LocalSandboxConfig, safefs
+from rlstack.episodes.sandboxes import LocalSandboxConfig
 from rlstack.episodes.sandboxes.kubernetes import _outcome
 from rlstack.episodes.sandboxes.local import LocalSandbox
 from rlstack.episodes.trials import AgentSpec, TrialResult, TrialSpec, TrialStatus, run_trial

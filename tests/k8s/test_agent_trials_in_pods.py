@@ -36,7 +36,7 @@ TASK = HarborTask.load(REPO / "examples" / "tasks" / "write-greeting-1")
 
 def sandbox(api, trials: Path):  # noqa: ANN001, ANN201
     manager = SandboxManager(connect(api.url, NS), NS, RUN, owner=SandboxOwner(name="env-0", uid="u-0"))
-    config = KubernetesSandboxConfig(image="rlstack:test", claim_name="shared", trials_dir=trials,
+    config = KubernetesSandboxConfig(environment="host", image="rlstack:test", claim_name="shared", trials_dir=trials,
                                      trials_subpath="trials", python=sys.executable)
     return build_sandbox(config, manager)
 

@@ -106,7 +106,12 @@ def test_images_script_builds_and_pushes_under_the_registry_prefix_the_chart_use
     assert [c for c in cmds if c.startswith("docker push")] == [
         f"docker push registry.example.com/team/rlstack/{n}:0.1.0" for n in ("trainer", "proxy", "vllm")]
     values = yaml.safe_load((REPO / "charts" / "rlstack" / "values.yaml").read_text())
-    assert {k: v["repository"] for k, v in values["images"].items()} == {n: f"rlstack/{n}" for n in ("trainer", "proxy", "vllm")}
+    assert {k: v["repository"] for k, v in values["images"].items()} == {
+        **{n: f"rlstack/{n}" for n in ("trainer", "proxy", "vllm")}, "agentBundle": "rlstack/agent-bundle"}
+    # The agent bundle and the example tasks' images (podman): the lock goes into the trainer image, so before it.
+    tasks = index(cmds, str(REPO / ".venv" / "bin" / "rlstack") + " tasks build")
+    assert "--push registry.example.com/team" in cmds[tasks] and tasks < index(cmds, "docker build -f " + str(REPO / "Dockerfile.trainer"))
+    assert "podman push registry.example.com/team/rlstack/agent-bundle:0.1.0" in cmds
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.trainer", "Dockerfile.proxy", "Dockerfile.vllm"])

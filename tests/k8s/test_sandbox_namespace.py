@@ -45,11 +45,15 @@ def env_server(objs: list[dict]) -> dict:
     return d["spec"]["template"]["spec"]
 
 
-def test_chart_makes_a_restricted_namespace_its_claim_and_the_env_servers_role_there():
+def test_chart_makes_the_namespace_at_its_pod_security_level_its_claim_and_the_env_servers_role_there():
     objs = objects(*EFS)
     [namespace] = by_kind(objs, "Namespace")
     assert namespace["metadata"]["name"] == SBX
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # values-agent.yaml's example tasks run as root in their images: baseline; restricted otherwise.
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    [strict] = by_kind(objects(*EFS, "--set", "sandboxes.podSecurity=restricted"), "Namespace")
+    assert strict["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {"name": "RLSTACK_SANDBOX_POD_LEVEL", "value": "baseline"} in env_server(objs)["containers"][0]["env"]
     [volume] = by_kind(objs, "PersistentVolume")
     [claim] = [c for c in by_kind(objs, "PersistentVolumeClaim") if c["metadata"].get("namespace") == SBX]
     assert volume["spec"]["csi"] == {"driver": "efs.csi.aws.com", "volumeHandle": "fs-123"}
@@ -108,7 +112,7 @@ def trial_pod(api_url: str, tmp_path, namespace: str = SBX) -> dict:
     manager = SandboxManager(connect(api_url, namespace), namespace, RUN, owner=SandboxOwner(name="env-0", uid="u-0"),
                              placement=SandboxPlacement(owner_namespace=NS))
     trials = tmp_path / "trials"
-    config = KubernetesSandboxConfig(image="rlstack:test", claim_name="trials", trials_dir=trials, trials_subpath="trials",
+    config = KubernetesSandboxConfig(environment="host", image="rlstack:test", claim_name="trials", trials_dir=trials, trials_subpath="trials",
                                      python=sys.executable)
     box = build_sandbox(config, manager)
     job = SandboxJob(run=RUN, trial="t1", task=TASK, agent_command=["true"], agent_env={}, agent_timeout_sec=60,

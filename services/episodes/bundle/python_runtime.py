@@ -25,6 +25,8 @@ from rlstack.episodes.bundle.paths import BUNDLE_MOUNT
 AGENT_DISTRIBUTIONS = ("httpx", "pydantic", "pydantic-core", "pydantic-settings")
 """What the built-in agent imports from outside rlstack; their requirements come along."""
 AGENT_PACKAGE = "rlstack.agent"
+POD_PACKAGES = ("rlstack.episodes.podside.trial", "rlstack.episodes.podside.copy_bundle")
+"""What a Kubernetes trial pod runs from the bundle (its phase driver, the init container's copy): stdlib only."""
 STDLIB_SKIP = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__", "site-packages",
                "lib2to3", "pydoc_data"}
 """Directories of the stdlib no agent imports (test suites, GUI, pip bootstrap): about 40 MB."""
@@ -45,7 +47,7 @@ def stage_python(stage: Path, repo: Path) -> Path:
     site.mkdir()
     for dist in distribution_closure(AGENT_DISTRIBUTIONS):
         copy_distribution(dist, site)
-    for module in rlstack_closure(repo / "services", AGENT_PACKAGE):
+    for module in bundled_sources(repo):
         target = site / "rlstack" / module.relative_to(repo / "services")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(module, target)
@@ -60,7 +62,15 @@ def python_inputs(repo: Path) -> list[Path]:
     records = [Path(d.locate_file(f)) for d in distribution_closure(AGENT_DISTRIBUTIONS)
                for f in d.files or [] if f.name == "RECORD"]
     return [base / "bin" / PYTHON_TAG, *sorted(base.joinpath("lib").glob("libpython*")),
-            base / "lib" / PYTHON_TAG / "lib-dynload", *records, *rlstack_closure(repo / "services", AGENT_PACKAGE)]
+            base / "lib" / PYTHON_TAG / "lib-dynload", *records, *bundled_sources(repo)]
+
+
+def bundled_sources(repo: Path) -> list[Path]:
+    """The rlstack modules the bundle carries: the built-in agent's and the pod side's."""
+    found: set[Path] = set()
+    for package in (AGENT_PACKAGE, *POD_PACKAGES):
+        found.update(rlstack_closure(repo / "services", package))
+    return sorted(found)
 
 
 def _stdlib_ignore(directory: str, names: list[str]) -> set[str]:

@@ -24,6 +24,7 @@ from rlstack.episodes.images.digest import REPOSITORY, environment_digest, image
 from rlstack.episodes.images.dockerfile import has_unresolved_base, rewrite_bases
 from rlstack.episodes.images.engine import Engine, ImageInfo, ToolError
 from rlstack.episodes.images.rootfs import RootFSError, has_shell, remove_tree, unpacked_rootfs
+from rlstack.episodes.images.user import ImageUserError, numeric_user
 
 TAIL_LINES = 40
 _STEP = re.compile(r"^STEP (\d+/\d+): (.*)$")
@@ -38,6 +39,8 @@ class BuiltImage(BaseModel):
     image_id: str
     """``sha256:<hex>``."""
     env_digest: str
+    user: str = "0:0"
+    """The image's ``USER`` as ``uid:gid`` (``images.user``)."""
     rebuilt: bool
     """Built (or pulled) by this call; False when it was already in the local store."""
     seconds: float
@@ -69,7 +72,8 @@ def build_task_image(task: HarborTask, settings: ImageSettings) -> BuiltImage:
         image, pulled = _given_image(engine, task, task.config.environment.docker_image, settings)
         info = engine.inspect(image)
         _require_shell(task, image, info, settings, engine, ours=False)
-        return BuiltImage(task=task.name, ref=image, image_id=info.id, env_digest=digest, rebuilt=pulled,
+        return BuiltImage(task=task.name, ref=image, image_id=info.id, env_digest=digest,
+                          user=_user(task, image, info, engine), rebuilt=pulled,
                           seconds=time.monotonic() - start)
     ref = image_ref(task, digest)
     rebuilt = not engine.exists(ref)
@@ -77,8 +81,23 @@ def build_task_image(task: HarborTask, settings: ImageSettings) -> BuiltImage:
         _build(engine, task, ref, settings)
     info = engine.inspect(ref)
     _require_shell(task, ref, info, settings, engine, ours=True)
-    return BuiltImage(task=task.name, ref=ref, image_id=info.id, env_digest=digest, rebuilt=rebuilt,
+    return BuiltImage(task=task.name, ref=ref, image_id=info.id, env_digest=digest,
+                      user=_user(task, ref, info, engine), rebuilt=rebuilt,
                       seconds=time.monotonic() - start)
+
+
+def _user(task: HarborTask, ref: str, info: ImageInfo, engine: Engine) -> str:
+    """The image's USER in numbers, read from its own files (the store's layers, else mounted)."""
+    try:
+        if not info.config.user or info.config.user.partition(":")[0] in ("0", "root"):
+            return numeric_user(info.config.user if info.config.user not in (None, "root") else None, [])
+        if info.layers:
+            return numeric_user(info.config.user, info.layers)
+        with engine.mounted(ref) as root:
+            return numeric_user(info.config.user, [root])
+    except (ImageUserError, ToolError) as exc:
+        raise ImageBuildError(task.name, "USER", "", "name a user the image defines, or a numeric uid[:gid]",
+                              reason=str(exc)) from None
 
 
 def _build(engine: Engine, task: HarborTask, ref: str, settings: ImageSettings) -> None:

@@ -78,7 +78,8 @@ def _one(task: HarborTask, settings: ImageSettings, push: str | None, before: Lo
         raise ImageBuildError(task.name, "build", "", "see the message above", reason=f"{type(exc).__name__}: {exc}") from exc
     if pushed is None and before is not None and before.image_id == built.image_id:
         pushed = before.pushed_ref
-    return built, LockEntry(ref=built.ref, image_id=built.image_id, env_digest=built.env_digest, pushed_ref=pushed)
+    return built, LockEntry(ref=built.ref, image_id=built.image_id, env_digest=built.env_digest, pushed_ref=pushed,
+                            user=built.user)
 
 
 def _previous(path: Path) -> ImageLock:

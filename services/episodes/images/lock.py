@@ -35,6 +35,17 @@ class LockEntry(BaseModel):
     """``digest.environment_digest`` of the task when its image was built."""
     pushed_ref: str | None = None
     """``REGISTRY/rlstack-task/NAME@sha256:...`` after ``--push``: what a cluster pulls."""
+    user: str = Field(default="0:0", pattern=r"^\d+:\d+$")
+    """``uid:gid`` the image's ``USER`` names (``images.user``): a trial pod runs as it."""
+
+    @property
+    def pull_ref(self) -> str:
+        """What a trial pod names: the pushed ref by digest, else the local ref (a node that has it)."""
+        return self.pushed_ref or self.ref
+
+    @property
+    def runs_as_root(self) -> bool:
+        return self.user.partition(":")[0] == "0"
 
 
 class ImageLock(BaseModel):

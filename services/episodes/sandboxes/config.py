@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlstack.episodes.images.config import ImageSettings
 
@@ -73,8 +73,21 @@ class KubernetesSandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["kubernetes"] = "kubernetes"
-    image: str = Field(min_length=1)
-    """Runs every phase: needs bash, python3 with rlstack, and the agent (the chart's env image)."""
+    environment: Literal["image", "host"] = "image"
+    """``image``: each trial pod runs its task's image (from the lock file), the agent bundle copied
+    in by an init container; ``host``: every phase in ``image`` (the chart's trainer image), for
+    tasks that declare no image."""
+    image: str | None = Field(default=None, min_length=1)
+    """``host``: runs every phase; needs bash, python3 with rlstack, and the agent (the chart's env image)."""
+    bundle_image: str | None = Field(default=None, min_length=1)
+    """``image``: the agent bundle's image (``python -m rlstack.episodes.bundle image``)."""
+    bundle_source: Literal["copy", "volume"] = "copy"
+    """``copy``: an init container copies the bundle's core and the trial's agent into an emptyDir
+    (any cluster); ``volume``: an image volume mounts it as it is (Kubernetes' ImageVolume feature:
+    1.33+ with the gate, containerd 2.1+ or CRI-O 1.31+), no copy per pod."""
+    image_lock: Path | None = None
+    """``image``: the lock file ``rlstack tasks build`` wrote; unset: the dataset's ``images.lock.json``."""
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     claim_name: str = Field(min_length=1)
     """The RWX PersistentVolumeClaim that holds the trials directory (the chart's shared storage)."""
     trials_dir: Path
@@ -83,12 +96,21 @@ class KubernetesSandboxConfig(BaseModel):
     """The same directory as a path inside the claim (``trials`` when the claim is mounted at /data
     and the trials live in /data/trials)."""
     python: str = "python"
+    """``host``: the Python with rlstack in ``image``."""
     kill_grace_sec: float = Field(default=2.0, ge=0, le=60)
     deadline_slack_sec: int = Field(default=300, ge=0)
     """activeDeadlineSeconds = agent timeout + verifier timeout + this (image pull, scheduling)."""
     run_as_user: int = Field(default=1000, ge=1)
     keep_pods: bool = False
     """Leave finished pods for the reaper instead of deleting them at once (debugging)."""
+
+    @model_validator(mode="after")
+    def _images_named(self) -> KubernetesSandboxConfig:
+        if self.environment == "host" and self.image is None:
+            raise ValueError("environment host needs image (the image every phase runs in)")
+        if self.environment == "image" and self.bundle_image is None:
+            raise ValueError("environment image needs bundle_image (python -m rlstack.episodes.bundle image builds it)")
+        return self
 
 
 SandboxConfig = LocalSandboxConfig | KubernetesSandboxConfig

@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.common import safefs
 from rlstack.episodes.bundle.manifest import BundleManifest, load_manifest
 from rlstack.episodes.bundle.paths import BUNDLE_MOUNT
 from rlstack.episodes.harbor.task import HarborTask
-from rlstack.episodes.sandboxes import safefs
 from rlstack.episodes.sandboxes.base import (
     AGENT_EXIT_CODE,
     AGENT_STDERR,

@@ -1,12 +1,22 @@
 """The ``kubernetes`` backend: one run-to-completion pod per trial, through ``SandboxManager``.
 
-The pod runs three containers in order over one ``emptyDir`` workspace at ``/app``: init
-``workspace`` copies the task's environment files in, init ``agent`` runs the agent, and the
-main ``verifier`` runs ``/tests/test.sh``. The agent container never mounts the tests or other
-trials: it sees only ``/app``, its own ``/logs/agent`` and ``/tmp``. Each phase runs under
-``rlstack.episodes.sandboxes.phase`` (timeout, process group, ``phase.json``), which writes into the
-trial's directory on the shared trials volume (``subPath`` mounts of the chart's RWX claim),
-so outcomes, logs and the reward come back without exec websockets or pod logs.
+``environment: image`` (the default): the pod's one main container runs the task's own image
+(from the lock file, by digest once pushed), and both phases in it, so what the agent changes
+anywhere is what the verifier sees. An init container first copies the agent bundle (its core and
+the trial's agent) from the bundle image into an ``emptyDir`` mounted read-only at
+``/opt/rlstack``, or an image volume mounts it there. The main container's first process is the
+bundle's ``rlstack.episodes.podside.trial`` (PID 1): it takes the staged tests into memory and
+deletes them before the agent starts, runs the agent, kills every process left, and only then
+writes ``/tests`` and runs the verifier. The pod runs as the image's user (``restricted``), or, for
+an image that runs as root, as root with the baseline capabilities only.
+
+``environment: host``: three containers in order over one ``emptyDir`` workspace at ``/app``, all
+in one image (the chart's trainer image): init ``workspace`` copies the task's environment files
+in, init ``agent`` runs the agent, and the main ``verifier`` runs ``/tests/test.sh``; each phase
+under ``rlstack.episodes.sandboxes.phase``. For tasks that declare no image.
+
+Either way every outcome, log and the reward land in the trial's directory on the shared trials
+volume (``subPath`` mounts of the chart's RWX claim), with no exec websockets or pod logs.
 
 The pod's labels (``harbor-run``, ``harbor-trial``), owner reference, missing service-account
 token, deadline and the TTL reaper are the manager's; resources come from ``task.toml``.
@@ -17,10 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 from pathlib import Path
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
+from rlstack.episodes.bundle.paths import AGENT_PROGRAMS, BUNDLE_MOUNT, PYTHON
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.images.lock import ImageLockError, LockEntry
+from rlstack.episodes.podside.plan import PLAN, PhasePlan, TrialPlan
 from rlstack.episodes.sandboxes.base import (
     AGENT_STDERR,
     AGENT_STDOUT,
@@ -38,11 +53,15 @@ from rlstack.episodes.sandboxes.base import (
     SandboxUnavailable,
 )
 from rlstack.episodes.sandboxes.config import KubernetesSandboxConfig
+from rlstack.episodes.sandboxes.locked_images import LockedImages
 from rlstack.episodes.sandboxes.phase import OUTCOME_FILE
 
 log = logging.getLogger(__name__)
 STAGE = ".sandbox"
 """Inside the trial directory: the task's files for the pod (workspace seed, tests, solution)."""
+POD_STAGE = "/run/rlstack-trial"
+"""Where an image-mode pod mounts the stage (``rlstack.episodes.podside.trial.STAGE``)."""
+BUNDLE_COPY = "/bundle"
 
 
 class KubernetesSandbox:
@@ -51,20 +70,48 @@ class KubernetesSandbox:
     def __init__(self, manager, config: KubernetesSandboxConfig) -> None:  # noqa: ANN001 - SandboxManager (lightkube)
         self.manager = manager
         self.config = config
+        self.images = LockedImages(config.image_lock)
         self._running: set[str] = set()
 
     def check(self) -> None:
         if not self.config.trials_dir.is_dir():
             raise SandboxUnavailable(f"kubernetes sandbox: trials dir {self.config.trials_dir} is not mounted here")
 
+    def prepare(self, tasks: list[HarborTask], agent_command: list[str] | None = None) -> dict[str, str]:
+        """Every task's image from the lock file before the first trial; task name -> why it has none."""
+        if self.config.environment != "image":
+            return {}
+        failed = {}
+        for task in tasks:
+            try:
+                self._image(task)
+            except SandboxError as exc:
+                failed[task.name] = str(exc)
+        return failed
+
+    def _image(self, task: HarborTask) -> LockEntry | None:
+        if self.config.environment != "image":
+            return None
+        try:
+            entry = self.images.entry(task)
+        except ImageLockError as exc:
+            raise SandboxError(f"task {task.name}: no image to run in: {exc}") from None
+        if entry.runs_as_root and self.manager.pod_security.level == "restricted":
+            raise SandboxError(f"task {task.name}: its image {entry.ref} runs as root, which Pod Security restricted "
+                               "refuses: give the image a non-root USER, or allow baseline (the chart's "
+                               "sandboxes.podSecurity=baseline, RLSTACK_SANDBOX_POD_LEVEL) and consider "
+                               "sandboxes.pod.runtimeClassName (gvisor, kata) for root tasks")
+        return entry
+
     async def run(self, job: SandboxJob) -> SandboxOutcome:
         from rlstack.episodes.sandboxes.pods import SandboxGone
 
         trial_dir = job.agent_dir.parent
-        await asyncio.to_thread(self._stage, job, trial_dir)
+        image = self._image(job.task)
+        await asyncio.to_thread(self._stage, job, trial_dir, image)
         name = None
         try:
-            name = await self.manager.launch(self.spec(job, trial_dir))
+            name = await self.manager.launch(self.spec(job, trial_dir, image))
             self._running.add(name)
             deadline = self._deadline(job)
             try:
@@ -78,7 +125,7 @@ class KubernetesSandbox:
             if agent is None or verifier is None:
                 raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}) "
                                    f"before {'the agent' if agent is None else 'the verifier'} finished")
-            return SandboxOutcome(agent=agent, verifier=verifier)
+            return SandboxOutcome(agent=agent, verifier=verifier, image=f"{image.pull_ref}@{image.image_id}" if image else None)
         finally:
             if name is not None:
                 self._running.discard(name)
@@ -96,13 +143,15 @@ class KubernetesSandbox:
     def _deadline(self, job: SandboxJob) -> int:
         return int(job.agent_timeout_sec + job.verifier_timeout_sec) + self.config.deadline_slack_sec
 
-    def _stage(self, job: SandboxJob, trial_dir: Path) -> None:
-        """The task's files into the trial directory, where the pod's init containers find them."""
+    def _stage(self, job: SandboxJob, trial_dir: Path, image: LockEntry | None) -> None:
+        """The task's files into the trial directory, where the pod finds them. In a task image the
+        workspace is the image's own; the pod's user may be another than this server's, so what it
+        writes or deletes (its logs, the stage it empties) is open to every user."""
         stage = trial_dir / STAGE
         try:
             shutil.rmtree(stage, ignore_errors=True)
             (stage / "workspace").mkdir(parents=True)
-            for entry in job.task.workspace_files():
+            for entry in job.task.workspace_files() if image is None else ():
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.copytree(entry, stage / "workspace" / entry.name, symlinks=True)
                 else:
@@ -115,14 +164,62 @@ class KubernetesSandbox:
             safefs.makedirs(job.agent_dir, within=trial_dir)
             safefs.clear_dir(job.verifier_dir, within=trial_dir)  # a reward can only come from this pod's verifier
             safefs.unlink(job.agent_dir / OUTCOME_FILE, within=trial_dir)
+            if image is not None:
+                safefs.write_text(stage / PLAN, self._plan(job).model_dump_json(), within=trial_dir)
+                for directory in (stage, job.agent_dir, job.verifier_dir, *[p for p in stage.rglob("*") if p.is_dir()]):
+                    os.chmod(directory, 0o777)  # noqa: S103 - the pod's user empties the stage and writes its logs
         except OSError as exc:
             raise SandboxError(f"kubernetes sandbox: cannot stage the task on the trials volume: {exc}") from exc
 
-    def spec(self, job: SandboxJob, trial_dir: Path):  # noqa: ANN201 - rlstack.episodes.sandboxes.pods.SandboxSpec
+    def _plan(self, job: SandboxJob) -> TrialPlan:
+        return TrialPlan(
+            agent=PhasePlan(argv=job.agent_image_command or job.agent_command, env=job.agent_env, timeout=job.agent_timeout_sec),
+            verifier=PhasePlan(argv=["bash", TEST_SCRIPT], env=job.task.config.verifier.env, timeout=job.verifier_timeout_sec),
+            kill_grace=self.config.kill_grace_sec)
+
+    def spec(self, job: SandboxJob, trial_dir: Path, image: LockEntry | None = None):  # noqa: ANN201 - pods.SandboxSpec
+        return self._host_spec(job, trial_dir) if image is None else self._image_spec(job, trial_dir, image)
+
+    def _subpath(self, trial_dir: Path) -> str:
+        c = self.config
+        return f"{c.trials_subpath.strip('/')}/{trial_dir.relative_to(c.trials_dir).as_posix()}"
+
+    def _image_spec(self, job: SandboxJob, trial_dir: Path, image: LockEntry):  # noqa: ANN202 - pods.SandboxSpec
+        from rlstack.episodes.sandboxes.pods import SandboxSpec
+
+        c, base = self.config, self._subpath(trial_dir)
+        command = job.agent_image_command or job.agent_command
+        agents = [name for name, program in AGENT_PROGRAMS.items() if program in command and program != PYTHON]
+        trials = lambda path, sub: {"name": "trials", "mountPath": path, "subPath": f"{base}/{sub}"}  # noqa: E731
+        bundle_volume: dict = {"name": "bundle", "emptyDir": {}}
+        bundle_mount = {"name": "bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True}
+        init = []
+        if c.bundle_source == "volume":  # the image's root is the volume: the bundle is below it (subPath: 1.33+)
+            bundle_volume = {"name": "bundle", "image": {"reference": c.bundle_image, "pullPolicy": c.image_pull_policy}}
+            bundle_mount["subPath"] = BUNDLE_MOUNT.lstrip("/")
+        else:
+            init.append({"name": "bundle", "image": c.bundle_image, "imagePullPolicy": c.image_pull_policy,
+                         "command": [PYTHON, "-I", "-m", "rlstack.episodes.podside.copy_bundle", BUNDLE_COPY, *agents],
+                         "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_COPY}]})
+        uid, gid = (int(part) for part in image.user.split(":"))
+        resources = job.task.config.environment
+        return SandboxSpec(
+            trial=job.trial, image=image.pull_ref, image_pull_policy=c.image_pull_policy, identity=(uid, gid),
+            writable_root=True, deadline_seconds=self._deadline(job),
+            cpu=str(resources.cpus or 1), memory=f"{resources.memory_mb}Mi" if resources.memory_mb else "2Gi",
+            container_name="trial", command=[PYTHON, "-I", "-m", "rlstack.episodes.podside.trial"],
+            volumes=[{"name": "trials", "persistentVolumeClaim": {"claimName": c.claim_name}}, bundle_volume,
+                     {"name": "tests", "emptyDir": {}}, {"name": "solution", "emptyDir": {}}],
+            volume_mounts=[bundle_mount,
+                           trials(LOGS_AGENT, "agent"), trials(LOGS_VERIFIER, "verifier"), trials(POD_STAGE, STAGE),
+                           {"name": "tests", "mountPath": TESTS}, {"name": "solution", "mountPath": SOLUTION}],
+            init_containers=init)
+
+    def _host_spec(self, job: SandboxJob, trial_dir: Path):  # noqa: ANN202 - pods.SandboxSpec
         from rlstack.episodes.sandboxes.pods import SandboxSpec
 
         c = self.config
-        base = f"{c.trials_subpath.strip('/')}/{trial_dir.relative_to(c.trials_dir).as_posix()}"
+        base = self._subpath(trial_dir)
 
         def mount(path: str, sub: str | None = None, read_only: bool = False, volume: str = "trials") -> dict:
             m: dict = {"name": volume, "mountPath": path}

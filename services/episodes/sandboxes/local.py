@@ -22,7 +22,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
 from rlstack.episodes.sandboxes.base import (
     AGENT_EXIT_CODE,
     AGENT_STDERR,

@@ -16,7 +16,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
 from rlstack.episodes.sandboxes.base import AGENT_EXIT_CODE, PhaseOutcome
 from rlstack.episodes.sandboxes.procgroup import run_group
 

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from datetime import UTC, datetime
+from typing import Literal
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 LABEL_VALUE = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
 FINISHED = ("Succeeded", "Failed")
 LOCKED_DOWN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+ROOT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
+"""What a task image that runs as root keeps (all on Pod Security baseline's list): enough for
+``apt-get install`` and other users' files, nothing that reaches past the container. Such a pod
+cannot be ``restricted`` (runAsNonRoot): its namespace must allow ``baseline``."""
 OWNER_UID_LABEL = "rlstack.dev/owner-uid"
 OWNER_NAME_ANNOTATION = "rlstack.dev/owner-name"
 
@@ -66,6 +71,12 @@ class SandboxSpec(BaseModel):
     volumes: list[dict] = Field(default_factory=list)
     volume_mounts: list[dict] = Field(default_factory=list)
     """Of the main container."""
+    image_pull_policy: str | None = None
+    identity: tuple[int, int] | None = None
+    """(uid, gid) the image runs as (a task's image, from the lock file); None: the env server's own
+    (``SandboxPodSecurity.identity``). uid 0 gets the root profile (``root_context``)."""
+    writable_root: bool = False
+    """A task's image: the agent may change anything in it (``/etc``, installed packages)."""
 
 
 class SandboxPodSecurity(BaseSettings):
@@ -90,6 +101,10 @@ class SandboxPodSecurity(BaseSettings):
     """Limit (and request) of the node's disk one sandbox may use: logs, emptyDirs, writable layers."""
     empty_dir_size_limit: str | None = "2Gi"
     """``sizeLimit`` of every emptyDir without one (/app, /tmp)."""
+    level: Literal["restricted", "baseline"] = "restricted"
+    """The Pod Security level sandbox pods must pass (the chart's ``sandboxes.podSecurity``):
+    ``restricted`` refuses a task whose image runs as root; ``baseline`` runs it as root with
+    ``ROOT_CAPABILITIES`` only."""
     cpu_request: str | None = None
     """The CPU a sandbox asks the scheduler for; its limit stays the task's ``cpus``. Unset: the
     task's ``cpus`` (Guaranteed). A small node (the chart's values-cpu.yaml: 2 cores) cannot
@@ -157,11 +172,15 @@ class SandboxManager:
             meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": self.owner.name, "uid": self.owner.uid,
                                         "controller": True}]
         sec = self.pod_security
-        user, group = sec.identity(spec.run_as_user)
-        pod_security = {"runAsNonRoot": True, "runAsUser": user, "runAsGroup": group, "seccompProfile": {"type": "RuntimeDefault"}}
+        user, group = spec.identity or sec.identity(spec.run_as_user)
+        pod_security = {"runAsNonRoot": user != 0, "runAsUser": user, "runAsGroup": group,
+                        "seccompProfile": {"type": "RuntimeDefault"}}
         if sec.fs_group is not None:
             pod_security["fsGroup"] = sec.fs_group
-        locked = {**LOCKED_DOWN, "readOnlyRootFilesystem": sec.read_only_root_filesystem}
+        locked = {**LOCKED_DOWN, "readOnlyRootFilesystem": sec.read_only_root_filesystem and not spec.writable_root}
+        if user == 0:
+            locked["capabilities"] = {"drop": ["ALL"], "add": list(ROOT_CAPABILITIES)}
+        pull = {"imagePullPolicy": spec.image_pull_policy} if spec.image_pull_policy else {}
         volumes = [{**v, "emptyDir": {"sizeLimit": sec.empty_dir_size_limit, **v["emptyDir"]}}
                    if "emptyDir" in v and sec.empty_dir_size_limit else v for v in spec.volumes]
         return {
@@ -174,7 +193,7 @@ class SandboxManager:
                 **({"runtimeClassName": sec.runtime_class_name} if sec.runtime_class_name else {}),
                 "securityContext": pod_security,
                 "containers": [{
-                    "name": spec.container_name, "image": spec.image, "command": spec.command,
+                    "name": spec.container_name, "image": spec.image, **pull, "command": spec.command,
                     "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
                     "resources": self.resources(spec),
                     "securityContext": locked,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
 
 
 class GroupExit(BaseModel):

@@ -27,8 +27,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlstack.common import safefs
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
-from rlstack.episodes.sandboxes import safefs
 from rlstack.episodes.trials.layout import TrialPaths
 from rlstack.episodes.trials.records import TrialResult
 

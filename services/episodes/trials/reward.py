@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
 
 REWARD_TXT = "reward.txt"
 REWARD_JSON = "reward.json"

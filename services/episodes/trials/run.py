@@ -14,9 +14,9 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rlstack.common import safefs
 from rlstack.common.trial_keys import KEY_MARGIN_SECONDS
 from rlstack.episodes.harbor.task import HarborTask
-from rlstack.episodes.sandboxes import safefs
 from rlstack.episodes.sandboxes.base import (
     LOGS_AGENT,
     PhaseOutcome,

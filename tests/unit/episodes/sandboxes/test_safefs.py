@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rlstack.episodes.sandboxes import safefs
+from rlstack.common import safefs
 
 
 @pytest.fixture
