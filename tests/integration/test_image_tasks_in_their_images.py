@@ -169,3 +169,17 @@ def test_a_lock_file_naming_an_image_this_host_lacks_is_refused_with_the_fix(ima
     box = image_sandbox(tmp_path, build_missing=False)
     result = trial(box, task, AgentSpec.nop(), tmp_path / "trials", "gone")
     assert result.status == TrialStatus.INFRA_ERROR and "rlstack tasks build" in result.error
+
+
+def test_an_image_with_its_own_user_runs_both_phases_as_it(images, tmp_path):
+    """The image's USER (a name, looked up in its own /etc/passwd) is who the agent and the verifier
+    are: its home is writable, the image's root-owned /etc is not, and the logs still reach the env."""
+    verifier = ("#!/bin/bash\n[ \"$(id -u)\" = 1234 ] && [ \"$HOME\" = /home/agent ] && [ -f /home/agent/made ] "
+                "&& [ ! -e /etc/agent-was-here ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+    task = HarborTask.load(write_task(tmp_path / "tasks" / "own-user", test_sh=verifier,
+                                      dockerfile=PYTHON_IMAGE + "RUN useradd -u 1234 -m agent\nUSER agent\n"))
+    box = image_sandbox(tmp_path)
+    agent = sh("touch $HOME/made; echo yes > /etc/agent-was-here; id -u")
+    result = trial(box, task, agent, tmp_path / "trials", "own-user")
+    assert (result.status, result.reward) == (TrialStatus.OK, 1.0), result.error
+    assert (tmp_path / "trials" / "img" / "own-user" / "agent" / "stdout.txt").read_text().strip().endswith("1234")

@@ -1,7 +1,7 @@
 """The agent bundle as an image, for clusters: ``FROM scratch`` and the bundle at ``/opt/rlstack``.
 
 A trial pod runs its task's image; an init container of this image copies the bundle (its core
-and the trial's agent, ``rlstack.episodes.podside.copy_bundle``) into the pod's ``emptyDir`` at
+and the trial's agent, ``rlstack.episodes.inside.copy_bundle``) into the pod's ``emptyDir`` at
 ``/opt/rlstack``, or a cluster with image volumes mounts it there as it is. Nothing else is in the
 image: the copy runs on the bundle's own CPython. Tagged by the bundle's content digest, so an
 unchanged bundle is never rebuilt and a changed one never reuses a tag.

@@ -25,8 +25,9 @@ from rlstack.episodes.bundle.paths import BUNDLE_MOUNT
 AGENT_DISTRIBUTIONS = ("httpx", "pydantic", "pydantic-core", "pydantic-settings")
 """What the built-in agent imports from outside rlstack; their requirements come along."""
 AGENT_PACKAGE = "rlstack.agent"
-POD_PACKAGES = ("rlstack.episodes.podside.trial", "rlstack.episodes.podside.copy_bundle")
-"""What a Kubernetes trial pod runs from the bundle (its phase driver, the init container's copy): stdlib only."""
+INSIDE_PACKAGES = ("rlstack.episodes.inside.trial", "rlstack.episodes.inside.copy_bundle", "rlstack.episodes.inside.become")
+"""What runs inside a trial's container from the bundle: a pod's phase driver and bundle copy, the
+local sandbox's switch to the image's user."""
 STDLIB_SKIP = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__", "site-packages",
                "lib2to3", "pydoc_data"}
 """Directories of the stdlib no agent imports (test suites, GUI, pip bootstrap): about 40 MB."""
@@ -66,9 +67,9 @@ def python_inputs(repo: Path) -> list[Path]:
 
 
 def bundled_sources(repo: Path) -> list[Path]:
-    """The rlstack modules the bundle carries: the built-in agent's and the pod side's."""
+    """The rlstack modules the bundle carries: the built-in agent's and what runs inside a trial's container."""
     found: set[Path] = set()
-    for package in (AGENT_PACKAGE, *POD_PACKAGES):
+    for package in (AGENT_PACKAGE, *INSIDE_PACKAGES):
         found.update(rlstack_closure(repo / "services", package))
     return sorted(found)
 

@@ -24,6 +24,7 @@ from rlstack.episodes.images.digest import environment_digest
 from rlstack.episodes.images.engine import Engine, ImageConfig, ToolError
 from rlstack.episodes.images.lock import ImageLock, ImageLockError, LockEntry, default_lock_path
 from rlstack.episodes.images.rootfs import RootFSError, unpacked_rootfs
+from rlstack.episodes.images.user import ImageUserError, home_of, numeric_user
 
 
 class TaskImageError(RuntimeError):
@@ -42,6 +43,15 @@ class TaskImage(BaseModel):
     lowers: list[Path]
     """The image's filesystem as overlay lower directories, topmost first."""
     config: ImageConfig
+    user: str = "0:0"
+    """``uid:gid`` its ``USER`` names (``images.user``): what a trial's phases run as."""
+    home: str = "/root"
+    """That user's home in the image's ``/etc/passwd``: ``HOME`` unless the image's ENV sets one."""
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
 
 
 class TaskImages:
@@ -114,6 +124,13 @@ class TaskImages:
         """The store's own layer directories when podman keeps them as overlay layers, else the unpacked tree."""
         info = Engine(self.settings).inspect(image_id)
         if info.layers and all(layer.is_dir() for layer in info.layers):
-            return TaskImage(task="", ref="", image_id=info.id, lowers=info.layers, config=info.config)
-        tree = unpacked_rootfs(image_id, self.settings)
-        return TaskImage(task="", ref="", image_id=tree.image_id, lowers=[tree.path], config=tree.config)
+            lowers, config = info.layers, info.config
+        else:
+            tree = unpacked_rootfs(image_id, self.settings)
+            lowers, config = [tree.path], tree.config
+        try:
+            user = numeric_user(config.user if config.user != "root" else None, lowers)
+        except ImageUserError as exc:
+            raise TaskImageError(f"image {image_id}: {exc}") from None
+        return TaskImage(task="", ref="", image_id=info.id, lowers=lowers, config=config, user=user,
+                         home=home_of(user, lowers))

@@ -46,3 +46,10 @@ def numeric_user(user: str | None, layers: list[Path]) -> str:
     if group not in groups:
         raise ImageUserError(f"USER {user}: no group {group!r} in the image's /etc/group")
     return f"{uid}:{groups[group][2]}"
+
+
+def home_of(user: str, layers: list[Path]) -> str:
+    """The home directory ``/etc/passwd`` gives the uid of ``uid:gid``; ``/root`` for root, ``/`` if none."""
+    uid = user.partition(":")[0]
+    home = next((row[5] for row in _table(layers, "passwd").values() if len(row) > 5 and row[2] == uid), None)
+    return home or ("/root" if uid == "0" else "/")

@@ -155,7 +155,7 @@ class ImageSandbox:
     async def run(self, job: SandboxJob) -> SandboxOutcome:
         await asyncio.to_thread(self.check)
         image = await asyncio.to_thread(self._image_for, job.task, job.agent_image_command or job.agent_command)
-        layers = await asyncio.to_thread(self._prepare, job)
+        layers = await asyncio.to_thread(self._prepare, job, image.identity[0])
         try:
             agent = await self._agent(job, image, layers)
             verifier = await self._verifier(job, image, layers)
@@ -208,10 +208,12 @@ class ImageSandbox:
             return f"no working /bin/sh in it (every trial phase runs through it): {said}"
         return said or f"its probe ended {result}"
 
-    def _prepare(self, job: SandboxJob) -> TrialLayers:
+    def _prepare(self, job: SandboxJob, uid: int) -> TrialLayers:
         try:
             for directory in (job.agent_dir, job.verifier_dir):
                 safefs.makedirs(directory, within=job.trial_dir)
+                if uid != 0:  # the image's own user writes its logs there
+                    os.chmod(directory, 0o777)  # noqa: S103
             return TrialLayers.make(self.work_dir, f"{job.run}-{job.trial}-")
         except OSError as exc:
             raise SandboxError(f"local image sandbox: cannot prepare the trial's layers: {exc}") from exc
@@ -234,6 +236,8 @@ class ImageSandbox:
         safefs.clear_dir(job.verifier_dir, within=job.trial_dir)
         binds = [Bind(job.agent_dir, LOGS_AGENT), Bind(job.verifier_dir, LOGS_VERIFIER, writable=True),
                  Bind(job.task.tests_dir, TESTS)]
+        if image.identity[0] != 0:  # its switch to the image's user comes from the bundle
+            binds.append(Bind(self.config.bundle_dir, BUNDLE_MOUNT))
         online = bool(job.task.config.environment.allow_internet) and self.config.verifier_internet
         return await self._phase(job, "verifier", image, layers, binds, ["bash", TEST_SCRIPT], job.task.config.verifier.env, job.verifier_timeout_sec,
                                  stdout=job.verifier_dir / VERIFIER_OUTPUT, stderr=None, doors=[], unshare_net=not online)
@@ -254,13 +258,14 @@ class ImageSandbox:
                 raise SandboxError(f"local image sandbox: task {job.task.name}: {exc}") from exc
         status = StatusPipe()
         block_read, block_write = os.pipe() if doors else (-1, -1)
-        sandbox_env = {**image.config.env, "HOME": image.config.env.get("HOME", "/root"), **env, **cgroup.env()}
+        sandbox_env = {**image.config.env, "HOME": image.config.env.get("HOME", image.home), **env, **cgroup.env()}
         sandbox_env.setdefault("PATH", self.config.path)
         argv = launcher_argv(
             unshare=self._tools["unshare"], mount=self._tools["mount"], lowers=image.lowers, layers=layers,
             sandbox=image_bwrap_argv(self._tools[self.config.bwrap], root=layers.merged, binds=binds, command=command,
                                      chdir=image.config.working_dir or "/", status_fd=status.write_fd,
-                                     block_fd=block_read if doors else None, unshare_net=unshare_net))
+                                     block_fd=block_read if doors else None, unshare_net=unshare_net,
+                                     identity=image.identity))
         failure: list[BaseException] = []
 
         async def open_doors(pgid: int) -> None:

@@ -5,7 +5,7 @@
 anywhere is what the verifier sees. An init container first copies the agent bundle (its core and
 the trial's agent) from the bundle image into an ``emptyDir`` mounted read-only at
 ``/opt/rlstack``, or an image volume mounts it there. The main container's first process is the
-bundle's ``rlstack.episodes.podside.trial`` (PID 1): it takes the staged tests into memory and
+bundle's ``rlstack.episodes.inside.trial`` (PID 1): it takes the staged tests into memory and
 deletes them before the agent starts, runs the agent, kills every process left, and only then
 writes ``/tests`` and runs the verifier. The pod runs as the image's user (``restricted``), or, for
 an image that runs as root, as root with the baseline capabilities only.
@@ -35,7 +35,7 @@ from rlstack.common import safefs
 from rlstack.episodes.bundle.paths import AGENT_PROGRAMS, BUNDLE_MOUNT, PYTHON
 from rlstack.episodes.harbor.task import HarborTask
 from rlstack.episodes.images.lock import ImageLockError, LockEntry
-from rlstack.episodes.podside.plan import PLAN, PhasePlan, TrialPlan
+from rlstack.episodes.inside.plan import PLAN, PhasePlan, TrialPlan
 from rlstack.episodes.sandboxes.base import (
     AGENT_STDERR,
     AGENT_STDOUT,
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 STAGE = ".sandbox"
 """Inside the trial directory: the task's files for the pod (workspace seed, tests, solution)."""
 POD_STAGE = "/run/rlstack-trial"
-"""Where an image-mode pod mounts the stage (``rlstack.episodes.podside.trial.STAGE``)."""
+"""Where an image-mode pod mounts the stage (``rlstack.episodes.inside.trial.STAGE``)."""
 BUNDLE_COPY = "/bundle"
 
 
@@ -199,7 +199,7 @@ class KubernetesSandbox:
             bundle_mount["subPath"] = BUNDLE_MOUNT.lstrip("/")
         else:
             init.append({"name": "bundle", "image": c.bundle_image, "imagePullPolicy": c.image_pull_policy,
-                         "command": [PYTHON, "-I", "-m", "rlstack.episodes.podside.copy_bundle", BUNDLE_COPY, *agents],
+                         "command": [PYTHON, "-I", "-m", "rlstack.episodes.inside.copy_bundle", BUNDLE_COPY, *agents],
                          "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_COPY}]})
         uid, gid = (int(part) for part in image.user.split(":"))
         resources = job.task.config.environment
@@ -207,7 +207,7 @@ class KubernetesSandbox:
             trial=job.trial, image=image.pull_ref, image_pull_policy=c.image_pull_policy, identity=(uid, gid),
             writable_root=True, deadline_seconds=self._deadline(job),
             cpu=str(resources.cpus or 1), memory=f"{resources.memory_mb}Mi" if resources.memory_mb else "2Gi",
-            container_name="trial", command=[PYTHON, "-I", "-m", "rlstack.episodes.podside.trial"],
+            container_name="trial", command=[PYTHON, "-I", "-m", "rlstack.episodes.inside.trial"],
             volumes=[{"name": "trials", "persistentVolumeClaim": {"claimName": c.claim_name}}, bundle_volume,
                      {"name": "tests", "emptyDir": {}}, {"name": "solution", "emptyDir": {}}],
             volume_mounts=[bundle_mount,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlstack.episodes.bundle.paths import PYTHON
 from rlstack.episodes.sandboxes.bwrap import Bind
 
 LAUNCH = ('for d in $RLSTACK_CGROUPS; do echo $$ > "$d/cgroup.procs" || exit 125; done; unset RLSTACK_CGROUPS; '
@@ -65,11 +66,19 @@ def launcher_argv(*, unshare: str, mount: str, lowers: Sequence[Path], layers: T
 
 
 def image_bwrap_argv(bwrap: str, *, root: Path, binds: Sequence[Bind], command: Sequence[str], chdir: str,
-                     status_fd: int, block_fd: int | None, unshare_net: bool) -> list[str]:
+                     status_fd: int, block_fd: int | None, unshare_net: bool,
+                     identity: tuple[int, int] = (0, 0)) -> list[str]:
     """bubblewrap with the trial's merged tree as ``/``: the image's own /tmp, /etc and /app (the
-    agent's changes live there), a fresh /proc and /dev, the trial's binds on top."""
+    agent's changes live there), a fresh /proc and /dev, the trial's binds on top.
+
+    ``identity`` other than root (the image's ``USER``): bubblewrap still sets up as root, and the
+    bundle's ``become`` then drops to it, with only the two capabilities that takes."""
+    uid, gid = identity
     argv = [bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc"]
-    for bind in binds:
+    for bind in binds:  # mount points' parents 0755, as a runtime makes them (bubblewrap's own are 0700)
+        parts = Path(bind.target).parts
+        for depth in range(2, len(parts)):
+            argv += ["--perms", "0755", "--dir", str(Path(*parts[:depth]))]
         argv += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
     # A WORKDIR with nothing copied into it is not in the image's layers: a container runtime makes it at start.
     argv += ["--dir", chdir, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
@@ -78,4 +87,7 @@ def image_bwrap_argv(bwrap: str, *, root: Path, binds: Sequence[Bind], command: 
         argv.append("--unshare-net")
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
-    return [*argv, "--", *command]
+    if uid == 0:
+        return [*argv, "--", *command]
+    become = [PYTHON, "-I", "-m", "rlstack.episodes.inside.become", str(uid), str(gid), "--"]
+    return [*argv, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *become, *command]

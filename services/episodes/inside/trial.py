@@ -1,4 +1,4 @@
-"""``python -m rlstack.episodes.podside.trial``: one trial, both phases, as PID 1 of its pod's container.
+"""``python -m rlstack.episodes.inside.trial``: one trial, both phases, as PID 1 of its pod's container.
 
 Harbor's semantics need the agent and then the verifier in one container filesystem (what the agent
 changed under ``/etc`` is what the verifier sees), and a pod's containers each have their own root
@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rlstack.common import safefs
-from rlstack.episodes.podside.plan import PLAN, PhasePlan, TrialPlan
+from rlstack.episodes.inside.plan import PLAN, PhasePlan, TrialPlan
 
 STAGE = Path("/run/rlstack-trial")
 """The trial's stage directory on the trials volume: ``plan.json``, ``tests/``, the oracle's ``solution/``."""
@@ -53,7 +53,7 @@ PR_SET_DUMPABLE = 4
 
 
 def log(message: str) -> None:
-    print(f"podside.trial: {message}", file=sys.stderr, flush=True)
+    print(f"inside.trial: {message}", file=sys.stderr, flush=True)
 
 
 def undumpable() -> None:
@@ -147,7 +147,7 @@ def open_up(directory: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlstack.episodes.podside.trial", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlstack.episodes.inside.trial", description=__doc__.splitlines()[0])
     parser.add_argument("--stage", type=Path, default=STAGE)
     args = parser.parse_args(argv)
     if os.getpid() != 1:

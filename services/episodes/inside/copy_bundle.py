@@ -1,4 +1,4 @@
-"""``python -m rlstack.episodes.podside.copy_bundle DEST [AGENT ...]``: the bundle into a pod's volume.
+"""``python -m rlstack.episodes.inside.copy_bundle DEST [AGENT ...]``: the bundle into a pod's volume.
 
 The init container runs the bundle image (the bundle at ``/opt/rlstack``, nothing else) and
 copies what a trial needs into the ``emptyDir`` its task-image container then mounts read-only at
@@ -49,7 +49,7 @@ def copy(dest: Path, agents: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlstack.episodes.podside.copy_bundle", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlstack.episodes.inside.copy_bundle", description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path, help="the pod's emptyDir, mounted here")
     parser.add_argument("agents", nargs="*", help="bundle agents the trial runs (manifest names); none: the core only")
     args = parser.parse_args(argv)
