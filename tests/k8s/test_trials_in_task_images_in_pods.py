@@ -177,3 +177,20 @@ def test_the_bundle_as_an_image_volume_needs_no_copy(images, kube_api, claim):
     (result,), kubelet = run(kube_api, claim, box, TrialSpec(run=RUN, trial="vol", task=task, agent=AgentSpec.oracle()))
     assert (result.status, result.reward) == (TrialStatus.OK, 1.0), (result.error, kubelet.output)
     assert {key.split("/")[1] for key in kubelet.images} == {"trial"}  # no init container
+
+
+def test_a_pod_ended_by_its_init_container_names_it():
+    """No pods/log for env servers: the pod's status is all an error can say, so it says which
+    container failed (the bundle's copy, say) rather than "no reason"."""
+    from lightkube.resources.core_v1 import Pod
+
+    from rlstack.episodes.sandboxes.pods import outcome
+
+    terminated = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    pod = Pod.from_dict({"metadata": {"name": "sbx"}, "status": {
+        "phase": "Failed", "initContainerStatuses": [{"name": "bundle", "state": terminated, "ready": False,
+                                                      "restartCount": 0, "image": "b", "imageID": ""}],
+        "containerStatuses": [{"name": "trial", "state": {"waiting": {"reason": "PodInitializing"}}, "ready": False,
+                               "restartCount": 0, "image": "t", "imageID": ""}]}})
+    ended = outcome(pod)
+    assert (ended.container, ended.exit_code, ended.reason) == ("bundle", 1, "Error")

@@ -123,7 +123,8 @@ class KubernetesSandbox:
             agent = _outcome(job.agent_dir, trial_dir)
             verifier = _outcome(job.verifier_dir, trial_dir)
             if agent is None or verifier is None:
-                raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}) "
+                where = f", container {pod.container} exited {pod.exit_code}" if pod.container else ""
+                raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}{where}) "
                                    f"before {'the agent' if agent is None else 'the verifier'} finished")
             return SandboxOutcome(agent=agent, verifier=verifier, image=f"{image.pull_ref}@{image.image_id}" if image else None)
         finally:

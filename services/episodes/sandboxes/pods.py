@@ -132,6 +132,8 @@ class SandboxOutcome(BaseModel):
     phase: str
     exit_code: int | None = None
     reason: str | None = None
+    container: str | None = None
+    """The container that ended it: an init container that failed, else the main one."""
 
 
 class SandboxManager:
@@ -322,10 +324,20 @@ def owner_uid(pod: Pod) -> str | None:
 
 
 def outcome(pod: Pod) -> SandboxOutcome:
-    terminated = _terminated(pod)
+    container, terminated = _failed_init(pod) or (None, _terminated(pod))
+    if terminated is not None and container is None:
+        container = next((s.name for s in (pod.status.containerStatuses or []) if s.state and s.state.terminated), None)
     return SandboxOutcome(name=pod.metadata.name, phase=pod.status.phase if pod.status else "Unknown",
-                          exit_code=terminated.exitCode if terminated else None,
+                          exit_code=terminated.exitCode if terminated else None, container=container,
                           reason=(terminated.reason if terminated else None) or (pod.status.reason if pod.status else None))
+
+
+def _failed_init(pod: Pod):  # noqa: ANN202 - (name, ContainerStateTerminated) | None
+    """The init container that ended the pod (non-zero exit): the main container never ran."""
+    for status in (pod.status.initContainerStatuses if pod.status else None) or []:
+        if status.state and status.state.terminated and status.state.terminated.exitCode != 0:
+            return status.name, status.state.terminated
+    return None
 
 
 def finished_at(pod: Pod) -> datetime | None:
