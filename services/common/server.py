@@ -119,6 +119,14 @@ class _Server(uvicorn.Server):
         """Stop from inside the app exactly as on SIGTERM: drain, then the lifespan's shutdown half."""
         self.should_exit = True
 
+    stopping: Callable[[], None] | None = None
+    """The supervisor's hook, told before uvicorn waits for the requests in flight."""
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        if self.stopping is not None:
+            self.stopping()
+        await super().shutdown(sockets)
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
         captured = getattr(self, "_captured_signals", None)
@@ -142,6 +150,7 @@ def serve(app: Any, settings: ServiceSettings) -> None:
     supervisor = getattr(getattr(app, "state", None), "supervisor", None)
     if supervisor is not None:
         supervisor.stop_process = server.request_stop
+        server.stopping = supervisor.stopping
     server.run()
 
 

@@ -38,6 +38,16 @@ class Supervisor:
         self._tasks: dict[asyncio.Task[None], str] = {}
         self._stopping = False
         self._exit: asyncio.TimerHandle | None = None
+        self._on_stopping: list[Callable[[], None]] = []
+
+    def on_stopping(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the server begins to stop (before it waits for requests in flight)."""
+        self._on_stopping.append(callback)
+
+    def stopping(self) -> None:
+        """The server stops accepting connections (``serve`` calls this on SIGTERM or a failure's stop)."""
+        for callback in self._on_stopping:
+            callback()
 
     @property
     def exit_code(self) -> int:

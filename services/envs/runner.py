@@ -25,6 +25,7 @@ from rlstack.common.contracts.atropos import EnvRegistration, HoldReason
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.replica_wait import wait_for_a_replica
 from rlstack.envs.rollout import build_group, completion_parts
 from rlstack.envs.tasks import build_task
 
@@ -216,12 +217,14 @@ class EnvRunner:
                 pass  # away: the workers say so, and the next poll renews
 
     async def run(self) -> None:
-        """Register, settle what a predecessor left, then run the workers; if one raises, the task
-        group cancels the rest and ``run`` raises."""
+        """Register, settle what a predecessor left, wait for the proxy to have a replica
+        (``replica_wait``), then run the workers; if one raises, the task group cancels the rest and
+        ``run`` raises."""
         await self.register()
         await self.recover()
         async with asyncio.TaskGroup() as workers:
             workers.create_task(self.keep_lease(), name="lease")
+            await wait_for_a_replica(self.proxy)
             for i in range(self.s.workers):
                 workers.create_task(self.worker(i), name=f"worker {i}")
 

@@ -64,6 +64,9 @@ class RunConfig(BaseModel):
     """The service whose exit ends the run (exit 0: success); unset, the stack runs until Ctrl-C."""
     auth: bool = True
     """Mint per-run tokens and require them on every service (``launcher.auth``); false: an open stack."""
+    stop_grace_s: float = Field(default=60.0, ge=1.0, le=600.0)
+    """At the end, how long each service has after its SIGTERM before it is killed (longer than the
+    replica sidecar's own 30 s for stopping vLLM)."""
 
     @field_validator("services")
     @classmethod

@@ -132,9 +132,10 @@ class Supervisor:
                 for name, r in self.restarts.items() if r.exit_codes}
         (self.run_dir / "restarts.json").write_text(json.dumps(data, indent=2) + "\n")
 
-    def stop_all(self, grace_s: float = 60.0) -> dict[str, int]:
-        """SIGTERM in reverse start order; returns each service's exit code. The grace outlasts the
-        replica sidecar's own 30 s for stopping vLLM, so a slow vLLM never gets the sidecar killed."""
+    def stop_all(self, grace_s: float | None = None) -> dict[str, int]:
+        """SIGTERM in reverse start order; returns each service's exit code (-9: killed after the
+        grace, the run config's ``stop_grace_s`` unless given)."""
+        grace_s = self.config.stop_grace_s if grace_s is None else grace_s
         codes = {}
         for name in reversed(list(self.running)):
             svc = self.running[name]

@@ -1,7 +1,8 @@
 """Wires the proxy. A model call's path from an agent to vLLM and back, and where each step lives:
 
 1. ``ProxyApp._dispatch`` (here), behind ``common.body_guard``'s bounded body: health, metrics and a
-   trial's end go to the ops routes (6.); every other path is a model call, for the edge.
+   trial's end go to the ops routes (6.); every other path is a model call, for the edge (at a stop,
+   ``edge/gone.py`` cancels a call whose caller has hung up instead of waiting for it).
 2. ``edge/front.py``: the trial from ``/trials/<run>/<trial>/...`` into ``names.TRIAL_HEADER``, the
    key checked (``edge/auth.py``, LiteLLM's custom auth, which LiteLLM runs again), the body's shape
    (``edge/bodies.py``), the model name mapped onto the served one, ``max_tokens`` clamped,
@@ -58,6 +59,7 @@ from rlstack.common.trial_keys import TRIAL_PATH, mint
 from rlstack.proxy.config import ProxySettings
 from rlstack.proxy.edge.auth import TrialAuth
 from rlstack.proxy.edge.front import FrontMiddleware, Refused
+from rlstack.proxy.edge.gone import CancelGoneOnStop
 from rlstack.proxy.litellm_tuning import freeze_startup_heap, skip_absent_opentelemetry
 from rlstack.proxy.metrics import ProxyMetrics
 from rlstack.proxy.records.peers import PEER_SCOPE, Peers
@@ -103,8 +105,10 @@ class ProxyApp:
                                      stream_shim=settings.stream_mode == "shim", authorize=self._authorize,
                                      exact_downstream=self.token_in is not None,
                                      replica_wait_seconds=settings.replica_wait_seconds)
+        self.calls = CancelGoneOnStop(self.front)
         self.warm = False
         self.supervisor = Supervisor("proxy", settings.failure_exit_delay_seconds)
+        self.supervisor.on_stopping(self.calls.stopping)
         self.ops = Starlette(routes=[
             Route("/healthz", self.healthz), Route("/readyz", self.readyz), Route("/health/readiness", self.readyz),
             Route("/metrics", self.metrics_route), Route("/health/ping", self.ping),
@@ -124,7 +128,7 @@ class ProxyApp:
         if scope["type"] == "lifespan" or scope.get("path") in OPS_PATHS or _is_end(scope):
             await self.ops(scope, receive, send)
         else:
-            await self.front(scope, receive, send)
+            await self.calls(scope, receive, send)
 
     def _authorize(self, key: str, path_trial: str | None) -> None:
         """The front layer's check of a model call's trial key: TrialAuth's, as LiteLLM runs it after."""

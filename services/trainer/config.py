@@ -138,6 +138,9 @@ class TrainerSettings(PolicySettings):
     fixed probe against the trainer's); one that does not is reported and quarantined."""
     verify_tolerance: Tolerance | None = None
     """Probe gap allowed for every replica; by default it follows each replica's dtype."""
+    verify_wait_seconds: float = Field(default=300.0, ge=0.0, le=3600.0)
+    """When no replica passed the served-weights check because one did not answer (killed mid-check),
+    how long to wait for it to come back, then publish and check again, before the sync fails."""
     sync_every: int = Field(default=1, ge=1)
     """Publish new weights every this many steps (and after the last)."""
     mismatch_versions: int = Field(default=3, ge=0, le=64)

@@ -92,7 +92,8 @@ def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
     from rlstack.trainer.sync import replica_headers
     from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher
 
-    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.verify_tolerance))
+    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.verify_tolerance),
+                             settings.verify_wait_seconds)
 
 
 def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPublisher:  # noqa: ANN001 - a RegistryClient

@@ -17,6 +17,8 @@ from tests.conftest import ServiceProcess, free_port
 from tests.helpers.groups import trainer_registration
 from tests.helpers.wait import wait_until
 
+NO_REPLICA_WAIT = {"RLSTACK_ENV_REPLICA_WAIT_SECONDS": "0"}
+"""The closed proxy port stands for a proxy whose calls fail: the workers must not wait for it first."""
 DROPPED = re.compile(r'^rlstack_env_groups_dropped_total\{env="arithmetic"\} (\S+)$', re.M)
 
 
@@ -34,7 +36,7 @@ def test_workers_wait_out_a_batcher_outage(service_factory, tmp_path):
     data = ["--data-dir", str(tmp_path / "wal")]
     batcher = service_factory("batcher", data)
     httpx.post(f"{batcher.url}/register", json=trainer_registration(batch_size=4)).raise_for_status()
-    env = service_factory("envs", env_args(batcher))
+    env = service_factory("envs", env_args(batcher), env=NO_REPLICA_WAIT)
     wait_until(lambda: dropped(env) > 0)  # workers are looping: each rollout fails at the closed proxy port
 
     assert batcher.terminate() == 0
@@ -54,7 +56,7 @@ def test_workers_wait_out_a_batcher_outage(service_factory, tmp_path):
 def test_an_env_the_batcher_forgot_fails_loudly(service_factory, tmp_path):
     batcher = service_factory("batcher", ["--data-dir", str(tmp_path / "wal")])
     httpx.post(f"{batcher.url}/register", json=trainer_registration(batch_size=4)).raise_for_status()
-    lingering = service_factory("envs", env_args(batcher, "--failure-exit-delay-seconds", "600"))
+    lingering = service_factory("envs", env_args(batcher, "--failure-exit-delay-seconds", "600"), env=NO_REPLICA_WAIT)
     prompt = service_factory("envs", env_args(batcher, "--failure-exit-delay-seconds", "0"))
 
     httpx.get(f"{batcher.url}/reset_data").raise_for_status()  # both env ids are unknown from now on

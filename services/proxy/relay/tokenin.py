@@ -56,6 +56,8 @@ KEEPALIVE_SECONDS = 4.0
 uvicorn closes idle connections after 5 s), so the relay never sends on one the replica is closing.
 aiohttp's default (15 s) let a call go out on a closed connection, fail, and be retried by LiteLLM,
 whose retry's record was lost (2 of 4,000 calls in ``bench/env_scale.py``)."""
+CLOSE_WAIT_SECONDS = 1.0
+"""How long close() lets calls still in the listener finish before cancelling them."""
 STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 """Errors of a pooled connection the replica closed before answering: the request is sent again, once."""
 
@@ -108,7 +110,9 @@ class TokenInUpstream:
                                              json_serialize=lambda o: orjson.dumps(o).decode())
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post(RELAY_PREFIX + "/{replica}/v1/chat/completions", self.chat)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # By close() the proxy's own requests are over, so a call still here has no one to answer
+        # (aiohttp would wait 60 s for it: a stop that outlasted rlstack up's grace).
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=CLOSE_WAIT_SECONDS)
         await self.runner.setup()
         await web.SockSite(self.runner, self.sock).start()
         log.info("token-in upstream on 127.0.0.1:%d", self.port)

@@ -35,6 +35,8 @@ class ProbeResult(BaseModel):
     max_abs: float | None = None
     passed: bool
     error: str | None = None
+    answered: bool = True
+    """False when the replica did not answer the probe (refused, timed out, 5xx): gone, not wrong."""
 
 
 class SyncReport(BaseModel):
@@ -57,6 +59,14 @@ class SyncReport(BaseModel):
 
 class SyncFailed(RuntimeError):
     """No replica took the new weights."""
+
+
+class ReplicasAway(SyncFailed):
+    """No replica passed the served-weights check, and some did not answer it (a vLLM killed mid-check)."""
+
+    def __init__(self, message: str, replicas: list[str]) -> None:
+        super().__init__(message)
+        self.replicas = replicas
 
 
 async def fan_out(endpoints: Sequence, push: Callable[[object], Awaitable[None]]) -> tuple[list[str], dict[str, str]]:

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.registry_client import RegistryClient
-from rlstack.trainer.sync import ProbeResult, SyncFailed, SyncReport, WeightPublisher
+from rlstack.trainer.sync import ProbeResult, ReplicasAway, SyncFailed, SyncReport, WeightPublisher
 
 if TYPE_CHECKING:
     import torch
@@ -151,9 +151,32 @@ class ServedWeightsCheck:
         report = report.model_copy(update={
             "replicas": passed, "failed": failed, "verify_seconds": time.perf_counter() - start,
             "probes": {r.replica: r for r in results}, "unchecked": unchecked})
-        if results and not passed:
+        if (results or unchecked) and not passed:
+            # Killed mid-check: refused or timed out, or already gone from the registry (its sidecar
+            # deregistered it): gone, not wrong, so worth waiting for; a wrong answer is not.
+            away = [r.replica for r in results if not r.answered] + unchecked
+            if away:
+                raise ReplicasAway(f"no replica serves weights v{report.version}: {failed or {r: 'left the registry' for r in unchecked}}", away)
             raise SyncFailed(f"no replica serves weights v{report.version}: {failed}")
         return report
+
+    async def wait_back(self, replicas: list[str], deadline: float, poll_s: float = 1.0) -> bool:
+        """Until one of ``replicas`` is a sync target again and its server answers (a restarted vLLM:
+        right after a kill the registry may still list the old one); False at ``deadline``."""
+        async with httpx.AsyncClient(timeout=5.0, headers=self.headers) as client:
+            while time.monotonic() < deadline:
+                try:
+                    targets = [e for e in await self.registry.sync_targets(self.served_model_name) if e.id in replicas]
+                except httpx.HTTPError:
+                    targets = []
+                for endpoint in targets:
+                    try:
+                        if (await client.get(f"{str(endpoint.url).rstrip('/')}/health")).status_code == 200:
+                            return True
+                    except httpx.HTTPError:
+                        pass
+                await asyncio.sleep(poll_s)
+        return False
 
     @staticmethod
     async def _tell_registry(call: Awaitable[None], replica: str) -> None:
@@ -173,19 +196,37 @@ class ServedWeightsCheck:
             got = await replica_logprobs(client, url, served, tokens)
             mean_abs, max_abs, ok = compare(want, got, dtype, self.tolerance)
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-            return ProbeResult(replica=endpoint.id, dtype=dtype, passed=False, error=f"probe failed: {type(exc).__name__}: {exc}")
+            gone = isinstance(exc, httpx.TransportError) or (isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500)
+            return ProbeResult(replica=endpoint.id, dtype=dtype, passed=False, answered=not gone,
+                               error=f"probe failed: {type(exc).__name__}: {exc}")
         return ProbeResult(replica=endpoint.id, dtype=dtype, mean_abs=mean_abs, max_abs=max_abs, passed=ok)
 
 
 class VerifiedPublisher:
-    """Any publisher, followed by the served-weights check of every replica it reached."""
+    """Any publisher, followed by the served-weights check of every replica it reached.
 
-    def __init__(self, inner: WeightPublisher, check: ServedWeightsCheck) -> None:
+    When no replica passed because some did not answer (a vLLM killed mid-check, restarted by its
+    supervisor), the trainer waits up to ``away_wait_s`` for one to come back, publishes to it again
+    (a restart may have loaded older weights) and checks again, instead of failing the run."""
+
+    def __init__(self, inner: WeightPublisher, check: ServedWeightsCheck, away_wait_s: float = 300.0) -> None:
         self.inner = inner
         self.check = check
+        self.away_wait_s = away_wait_s
 
     async def publish(self, model, version: int) -> SyncReport:  # noqa: ANN001 - a transformers or peft model
-        return await self.check.run(model, await self.inner.publish(model, version))
+        deadline: float | None = None
+        while True:
+            try:
+                return await self.check.run(model, await self.inner.publish(model, version))
+            except ReplicasAway as away:
+                deadline = deadline or time.monotonic() + self.away_wait_s
+                log.warning("weights v%d: replica(s) %s did not answer the served-weights check; waiting up to %.0fs "
+                            "for one to come back, then publishing and checking again", version, ", ".join(away.replicas),
+                            max(0.0, deadline - time.monotonic()))
+                if not await self.check.wait_back(away.replicas, deadline):
+                    raise SyncFailed(f"{away}; no replica came back within {self.away_wait_s:.0f}s") from away
+                log.info("weights v%d: replica(s) back; publishing again", version)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
