@@ -121,3 +121,14 @@ def tiny_model() -> Path:
     if not is_current(out):
         build_tiny_model(out)
     return out
+
+
+@pytest.fixture
+def kube_api():
+    """A FakeKubeApiServer on loopback (no real API server can run here): the k8s suite's, and the
+    scaffold matrix's cell on the cluster's path."""
+    from tests.helpers.fake_kube_api import FakeKubeApiServer
+
+    server = FakeKubeApiServer().start()
+    yield server
+    server.stop()

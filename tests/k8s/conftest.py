@@ -67,12 +67,3 @@ def env_of(objects: list[dict], kind: str, suffix: str) -> dict[str, str | None]
 def tmp_manifest(tmp_path) -> Path:
     return tmp_path / "manifest.yaml"
 
-
-@pytest.fixture
-def kube_api():
-    """A FakeKubeApiServer on loopback (no real API server can run here)."""
-    from tests.helpers.fake_kube_api import FakeKubeApiServer
-
-    server = FakeKubeApiServer().start()
-    yield server
-    server.stop()

@@ -7,6 +7,9 @@ the same registry and replicas; tests that kill a replica start their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import PROXY_PYTHON, VLLM_PYTHON, ServiceProcess, free_port, start_service
+from tests.conftest import PROXY_PYTHON, REPO, VLLM_PYTHON, ServiceProcess, free_port, start_service
+from tests.helpers.wait import wait_until
 
 
 @dataclass
@@ -180,3 +184,22 @@ def claude_bin() -> str:
     from rlstack.episodes.agents import CLAUDE_CODE_BIN, CLAUDE_CODE_VERSION
 
     return npm_cli(str(CLAUDE_CODE_BIN), "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION)
+
+
+@contextlib.contextmanager
+def sim_replica(registry, log_dir: Path, served: str, prefix: str, *, tpot_ms: int, completion_tokens: int) -> Iterator[str]:  # noqa: ANN001
+    """``bench/sim_replica.py`` registered as one replica (``<prefix>-0``), vLLM's routes without a
+    model: a call as slow as ``tpot_ms`` per token makes; yields its URL once the registry has it ready."""
+    port = free_port()
+    with (log_dir / f"{prefix}-sim-{port}.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, str(REPO / "bench" / "sim_replica.py"), "--ports", str(port),
+                                    "--registry-url", registry.url, "--heartbeat-seconds", "1", "--served-model-name", served,
+                                    "--replica-prefix", prefix, "--ttft-ms", "5", "--tpot-ms", str(tpot_ms),
+                                    "--completion-tokens", str(completion_tokens), "--max-model-len", "4096"],
+                                   cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: endpoint(registry, f"{prefix}-0").get("ready") is True, timeout=60)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)

@@ -7,8 +7,6 @@ vLLM can be made that slow on purpose."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -16,9 +14,8 @@ import httpx
 import pytest
 
 from rlstack.common.trial_keys import mint
-from tests.conftest import PROXY_PYTHON, REPO, free_port, start_service
-from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import SECRET, endpoint
+from tests.conftest import PROXY_PYTHON, start_service
+from tests.integration.inference.conftest import SECRET, sim_replica
 
 SERVED = "slow-policy"
 """Its own served name: the session's proxy never routes to the slow simulation."""
@@ -28,18 +25,8 @@ GRACE_S = 15
 
 @pytest.fixture
 def slow_replica(registry, stack_logs) -> Iterator[str]:
-    port = free_port()
-    with (stack_logs / f"slow-sim-{port}.log").open("w") as log:
-        process = subprocess.Popen([sys.executable, str(REPO / "bench" / "sim_replica.py"), "--ports", str(port), "--registry-url", registry.url,
-                                    "--heartbeat-seconds", "1", "--served-model-name", SERVED, "--replica-prefix", "slow",
-                                    "--ttft-ms", "5", "--tpot-ms", "2000", "--completion-tokens", "64", "--max-model-len", "4096"],
-                                   cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: endpoint(registry, "slow-0").get("ready") is True, timeout=60)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    with sim_replica(registry, stack_logs, SERVED, "slow", tpot_ms=2000, completion_tokens=64) as url:
+        yield url
 
 
 def test_sigterm_cancels_a_call_whose_caller_left_and_exits_zero(registry, slow_replica, stack_logs, tmp_path):

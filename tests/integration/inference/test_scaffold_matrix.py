@@ -202,17 +202,48 @@ def test_a_scaffold_runs_the_teachers_forced_tool_calls_token_exact(cell, forced
     run_cell(cell, *forced_proxy, tmp_path)
 
 
-def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  # noqa: ANN001 - a ServiceProcess
-             turn_end: str = TURN_END) -> tuple[list[TrajectoryRecord], Assembly]:
-    """Trials of the matrix's tasks in turn (``ROUNDS`` times over) until one runs two of the policy's
-    tool calls in the cell's segments; each trial on the way is checked for the whole chain. Returns
-    that trial's calls and what the env would post of them."""
+def test_claude_code_runs_the_policys_tool_calls_in_a_trial_pod_of_its_tasks_image(demo_model, demo_proxy, claude_bin,
+                                                                                   kube_api, tmp_path):
+    """The same chain on the cluster's path: the kubernetes backend against the API emulator, a
+    FakeKubelet running the pod's containers in their images (the bundle's copy, then the task's
+    image, with no node in it, under the bundle's PID-1 driver)."""
+    from rlstack.episodes.bundle.image import bundle_image_ref
+    from rlstack.episodes.images.dataset import build_dataset
+    from rlstack.episodes.sandboxes import KubernetesSandboxConfig
+    from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxPodSecurity
+    from rlstack.kube.connection import connect
+    from tests.helpers.fake_kubelet import FakeKubelet
+    from tests.helpers.task_images import BUNDLE
+
+    SESSION.wait("task-images")  # the bundle's image
+    proxy, trials_dir, served = demo_proxy
+    write_tasks_of_the_matrix(tmp_path)
+    assert build_dataset(tmp_path / "tasks", image_settings(), progress=False).ok
+    manager = SandboxManager(connect(kube_api.url, "rl"), "rl", "matrix", pod_security=SandboxPodSecurity(level="baseline"))
+    config = KubernetesSandboxConfig(bundle_image=bundle_image_ref(BUNDLE), claim_name="shared", trials_dir=trials_dir,
+                                     trials_subpath=trials_dir.name, image_pull_policy="Never")
+    with FakeKubelet(kube_api, trials_dir.parent, "rl") as kubelet:
+        run_cell(CELLS[1], proxy, trials_dir, served, tmp_path, sandbox=build_sandbox(config, manager))
+    assert {name.split("/")[1] for name in kubelet.images} == {"bundle", "trial"} and "host" not in kubelet.images.values()
+
+
+def write_tasks_of_the_matrix(tmp_path: Path) -> None:
     for spec in MATRIX_TASKS:
         write_task(spec, tmp_path / "tasks")
+
+
+def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  # noqa: ANN001 - a ServiceProcess
+             turn_end: str = TURN_END, sandbox=None) -> tuple[list[TrajectoryRecord], Assembly]:  # noqa: ANN001
+    """Trials of the matrix's tasks in turn (``ROUNDS`` times over) until one runs two of the policy's
+    tool calls in the cell's segments; each trial on the way is checked for the whole chain. Returns
+    that trial's calls and what the env would post of them. ``sandbox``: the local one in each task's
+    image unless given."""
+    write_tasks_of_the_matrix(tmp_path)
     agent = cell.make()
     tasks = sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name)
     build_base_image(image_settings())  # at once when the session's task-images job made it
-    sandbox = build_sandbox(LocalSandboxConfig(images=image_settings()))  # each trial in its task's image
+    if sandbox is None:
+        sandbox = build_sandbox(LocalSandboxConfig(images=image_settings()))  # each trial in its task's image
     for round_, task in product(range(ROUNDS), tasks):
         trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
@@ -221,7 +252,7 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  
         result = asyncio.run(run_trial(spec, sandbox, trials_dir))
         root = trials_dir / "matrix" / trial
         assert result.status == "ok", (result.error, (root / "agent" / "stdout.txt").read_text()[-2000:])
-        assert result.image and result.image.startswith(f"localhost/rlstack-task/{task.short_name}:")
+        assert result.image and result.image.startswith(f"localhost/rlstack-task/{task.short_name}:"), result.image
         assert result.reward == float((root / "verifier" / "reward.txt").read_text())
 
         calls = sorted(read_trajectory(root), key=lambda r: r.started_at)

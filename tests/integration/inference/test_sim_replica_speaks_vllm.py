@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +16,9 @@ import pytest
 
 from rlstack.common.trial_keys import mint
 from rlstack.trainer.sync.filesystem import reload_from
-from tests.conftest import PROXY_PYTHON, REPO, free_port, start_service
+from tests.conftest import PROXY_PYTHON, start_service
 from tests.helpers.wait import wait_until
-from tests.integration.inference.conftest import SECRET, endpoint
+from tests.integration.inference.conftest import SECRET, endpoint, sim_replica
 
 SERVED = "sim-policy"
 """Its own served name: the session's proxy never routes to the simulation."""
@@ -62,19 +60,8 @@ def kind(value: Any) -> str:  # noqa: ANN401 - JSON
 
 @pytest.fixture(scope="module")
 def sim(registry, stack_logs) -> Iterator[str]:
-    port = free_port()
-    log = (stack_logs / f"sim-{port}.log").open("w")
-    process = subprocess.Popen([sys.executable, str(REPO / "bench" / "sim_replica.py"), "--ports", str(port), "--registry-url", registry.url,
-                                "--heartbeat-seconds", "1", "--served-model-name", SERVED, "--replica-prefix", "sim", "--ttft-ms", "5",
-                                "--tpot-ms", "1", "--completion-tokens", "6", "--max-model-len", "4096"],
-                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: endpoint(registry, "sim-0").get("ready") is True, timeout=60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
+    with sim_replica(registry, stack_logs, SERVED, "sim", tpot_ms=1, completion_tokens=6) as url:
+        yield url
 
 
 def answers(base: str, model: str) -> dict[str, Any]:
