@@ -154,6 +154,10 @@ def schema() -> J:
                                "description": "tokens per packed row (RLSTACK_TRAINER_PACK_TOKENS); null: padded micro-batches"},
                 "sharePrefix": {"type": ["integer", "null"], "minimum": 1,
                                 "description": "least shared leading tokens held once per packed row (RLSTACK_TRAINER_SHARE_PREFIX); null: off"},
+                "learningRate": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1,
+                                 "description": "RLSTACK_TRAINER_LR; null: the trainer's default"},
+                "batchSize": {"type": ["integer", "null"], "minimum": 1,
+                              "description": "sequences per optimizer step (RLSTACK_TRAINER_BATCH_SIZE); null: the trainer's default"},
                 "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
             }),
             "envs": {"type": "array", "minItems": 0, "items": component({
@@ -161,6 +165,8 @@ def schema() -> J:
                 "autoscaling": obj({**autoscale_common, "targetQueueSequences": i(1), "sequencesPerPod": i(1),
                                     "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)})}),
             }, ["name"])},
+            "rollouts": obj({"groupSize": {"type": ["integer", "null"], "minimum": 1, "maximum": 256},
+                             "maxStaleness": {"type": ["integer", "null"], "minimum": 0}}),
             "sandboxes": obj({
                 "environment": enum("image", "host", desc="image: each trial pod in its task's image; host: all in sandboxes.image"),
                 "image": enum("trainer", "proxy", "vllm"),
@@ -174,7 +180,8 @@ def schema() -> J:
                 "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
                                "graceSeconds": NON_NEGATIVE}),
                 "pod": obj({"runtimeClassName": s(), "readOnlyRootFilesystem": BOOL,
-                            "ephemeralStorage": s(), "emptyDirSizeLimit": s(), "cpuRequest": QUANTITY}),
+                            "ephemeralStorage": s(), "emptyDirSizeLimit": s(), "cpuRequest": QUANTITY,
+                            "memoryRequest": QUANTITY}),
                 "namespace": obj({
                     "name": s("the sandboxes' own namespace (Pod Security restricted); empty: the release's",
                               pattern="^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"),

@@ -116,7 +116,8 @@ def test_rbac_is_namespaced_and_bound_only_to_the_sandbox_manager_and_registry(r
     """What each Role grants is compared with the client code's calls in test_rbac_matches_client."""
     _, objects = rendered
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
-    hooks = {"rl-rlstack-auth-init"} if "kind" in rendered[0] or "cpu" in rendered[0] else set()  # auth.create: the Secret's hook
+    creates = (yaml.safe_load((CHART / rendered[0]).read_text()) or {}).get("auth", {}).get("create")
+    hooks = {"rl-rlstack-auth-init"} if creates else set()  # auth.create: the Secret's hook
     assert {r["metadata"]["name"] for r in by_kind(objects, "Role")} == {"rl-rlstack-sandbox-manager", "rl-rlstack-registry"} | hooks
     assert all(rule["apiGroups"] == [""] for r in by_kind(objects, "Role") for rule in r["rules"])
     deployments = {name: pod["spec"] for name, pod in workloads(objects).items()}

@@ -50,6 +50,17 @@ def test_a_set_cpu_request_books_less_than_the_tasks_cpus_and_keeps_them_as_the_
     assert resources["limits"] == {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "4Gi"}
 
 
+def test_a_set_memory_request_books_less_than_the_tasks_memory_and_keeps_it_as_the_limit():
+    """Found on a real 23 GiB node: 16 sandboxes booked at their tasks' 2 GiB left half of them Pending."""
+    from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
+
+    spec = SandboxSpec(trial="t-1", image="agent:1", command=["true"], cpu="1", memory="2048Mi")
+    small = SandboxManager(None, NS, "run-7", pod_security=SandboxPodSecurity(cpu_request="25m", memory_request="64Mi"))  # type: ignore[arg-type]
+    resources = small.manifest(spec)["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "25m", "memory": "64Mi", "ephemeral-storage": "4Gi"}
+    assert resources["limits"] == {"cpu": "1", "memory": "2048Mi", "ephemeral-storage": "4Gi"}
+
+
 def test_pod_names_are_valid_and_distinct_for_awkward_trials():
     m = SandboxManager(None, NS, "Run_7")  # type: ignore[arg-type]
     names = {m.pod_name(t) for t in ("T.1", "t-1", "t_1", "x" * 60)}

@@ -88,3 +88,22 @@ def test_liveness_waits_for_every_service_to_start(rendered):
                 startup = c.get("startupProbe")
                 assert startup, f"{w['metadata']['name']}: liveness counts from the container's start"
                 assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, w["metadata"]["name"]
+
+
+NODE_MEMORY = 23 * 2**30
+"""The second real node's memory (this machine: 23 GiB), where 16 sandboxes booked at 2 GiB left half Pending."""
+
+
+def test_the_cpu_agent_values_leave_memory_for_every_concurrent_sandbox(monkeypatch):
+    from rlstack.episodes.sandboxes.pods import SandboxPodSecurity
+
+    objects = objects_of("values-cpu.yaml", "values-agent.yaml")
+    settings = env_of(objects, "Deployment", "env-agent")
+    for name, value in settings.items():
+        if name.startswith("RLSTACK_SANDBOX_POD_"):
+            monkeypatch.setenv(name, value)
+    per_sandbox = parse_quantity(SandboxPodSecurity().memory_request or "2Gi")
+    services = sum(parse_quantity(c.get("resources", {}).get("requests", {}).get("memory", 0)) * d["spec"].get("replicas", 1)
+                   for d in by_kind(objects, "Deployment") for c in d["spec"]["template"]["spec"]["containers"])
+    sandboxes = int(settings["RLSTACK_ENV_MAX_CONCURRENT_TRIALS"]) * per_sandbox
+    assert services + sandboxes <= NODE_MEMORY, f"{services} of services + {sandboxes} of sandboxes"

@@ -44,6 +44,11 @@ class LockEntry(BaseModel):
         return self.pushed_ref or self.ref
 
     @property
+    def recorded_ref(self) -> str:
+        """What a trial's ``result.json`` names: the pulled ref, with the local image id when it has no digest."""
+        return self.pull_ref if "@" in self.pull_ref else f"{self.pull_ref}@{self.image_id}"
+
+    @property
     def runs_as_root(self) -> bool:
         return self.user.partition(":")[0] == "0"
 

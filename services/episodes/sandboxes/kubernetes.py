@@ -81,12 +81,14 @@ class KubernetesSandbox:
         """Every task's image from the lock file before the first trial; task name -> why it has none."""
         if self.config.environment != "image":
             return {}
-        failed = {}
+        failed, refs = {}, set()
         for task in tasks:
             try:
-                self._image(task)
+                refs.add(self._image(task).pull_ref)
             except SandboxError as exc:
                 failed[task.name] = str(exc)
+        log.info("task images: %d of %d tasks have one in the lock file (%d distinct images; bundle %s, %s)",
+                 len(tasks) - len(failed), len(tasks), len(refs), self.config.bundle_image, self.config.bundle_source)
         return failed
 
     def _image(self, task: HarborTask) -> LockEntry | None:
@@ -126,7 +128,7 @@ class KubernetesSandbox:
                 where = f", container {pod.container} exited {pod.exit_code}" if pod.container else ""
                 raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}{where}) "
                                    f"before {'the agent' if agent is None else 'the verifier'} finished")
-            return SandboxOutcome(agent=agent, verifier=verifier, image=f"{image.pull_ref}@{image.image_id}" if image else None)
+            return SandboxOutcome(agent=agent, verifier=verifier, image=image.recorded_ref if image else None)
         finally:
             if name is not None:
                 self._running.discard(name)

@@ -110,6 +110,10 @@ class SandboxPodSecurity(BaseSettings):
     task's ``cpus`` (Guaranteed). A small node (the chart's values-cpu.yaml: 2 cores) cannot
     place one pod per concurrent trial at a whole core each, and mostly-idle agents do not need it."""
 
+    memory_request: str | None = None
+    """The memory a sandbox asks the scheduler for; its limit stays the task's ``memory_mb``. Unset:
+    the task's (2 GiB when it sets none). A small node cannot book 2 GiB for each of 16 idle agents."""
+
     def identity(self, spec_user: int) -> tuple[int, int]:
         own = os.getuid()
         user = self.run_as_user or (own if own != 0 else spec_user)
@@ -212,7 +216,11 @@ class SandboxManager:
         sized = {"cpu": spec.cpu, "memory": spec.memory}
         if self.pod_security.ephemeral_storage:
             sized["ephemeral-storage"] = self.pod_security.ephemeral_storage
-        requests = {**sized, "cpu": self.pod_security.cpu_request} if self.pod_security.cpu_request else dict(sized)
+        requests = dict(sized)
+        if self.pod_security.cpu_request:
+            requests["cpu"] = self.pod_security.cpu_request
+        if self.pod_security.memory_request:
+            requests["memory"] = self.pod_security.memory_request
         return {"requests": requests, "limits": dict(sized)}
 
     async def launch(self, spec: SandboxSpec) -> str:

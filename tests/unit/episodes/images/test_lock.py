@@ -49,3 +49,15 @@ def test_write_is_atomic_and_load_round_trips(tmp_path):
         ImageLock.load(path)
     with pytest.raises(ImageLockError, match="no lock file"):
         ImageLock.load(tmp_path / "nowhere" / "images.lock.json")
+
+
+def test_a_trial_records_a_pushed_image_by_its_digest_once_and_a_local_one_with_its_id():
+    local = LockEntry(ref="localhost/rlstack-task/t:abc", image_id="sha256:" + "1" * 64, env_digest="e")
+    assert local.recorded_ref == "localhost/rlstack-task/t:abc@sha256:" + "1" * 64
+    pushed = local.model_copy(update={"pushed_ref": "r:5000/rlstack-task/t@sha256:" + "2" * 64})
+    assert pushed.pull_ref == pushed.recorded_ref == "r:5000/rlstack-task/t@sha256:" + "2" * 64
+
+
+def test_a_locks_user_must_be_numeric():
+    with pytest.raises(ValueError, match="user"):
+        LockEntry(ref="r", image_id="sha256:" + "1" * 64, env_digest="e", user="agent")
