@@ -51,13 +51,12 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
             items[:] = kept
     from tests.helpers.prebuild import ORDER
 
-    def job(item) -> str | None:  # noqa: ANN001
-        marker = item.get_closest_marker("prebuilt")
-        return marker.args[0] if marker else None
+    def jobs(item) -> list[str]:  # noqa: ANN001 - a test may need several (its module's and its own)
+        return [marker.args[0] for marker in item.iter_markers("prebuilt")]
 
-    late = sorted((item for item in items if job(item)), key=lambda item: ORDER.index(job(item)))
-    items[:] = [item for item in items if not job(item)] + late
-    config.stash[PREBUILDS] = list(dict.fromkeys(job(item) for item in late))
+    late = sorted((item for item in items if jobs(item)), key=lambda item: max(ORDER.index(j) for j in jobs(item)))
+    items[:] = [item for item in items if not jobs(item)] + late
+    config.stash[PREBUILDS] = sorted({j for item in late for j in jobs(item)}, key=ORDER.index)
 
 
 PREBUILDS = pytest.StashKey[list]()

@@ -202,6 +202,7 @@ def test_a_scaffold_runs_the_teachers_forced_tool_calls_token_exact(cell, forced
     run_cell(cell, *forced_proxy, tmp_path)
 
 
+@pytest.mark.prebuilt("task-images")
 def test_claude_code_runs_the_policys_tool_calls_in_a_trial_pod_of_its_tasks_image(demo_model, demo_proxy, claude_bin,
                                                                                    kube_api, tmp_path):
     """The same chain on the cluster's path: the kubernetes backend against the API emulator, a
