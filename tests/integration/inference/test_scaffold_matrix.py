@@ -217,7 +217,8 @@ def test_claude_code_runs_the_policys_tool_calls_in_a_trial_pod_of_its_tasks_ima
     from tests.helpers.task_images import BUNDLE
 
     SESSION.wait("task-images")  # the bundle's image
-    proxy, trials_dir, served = demo_proxy
+    proxy, trials_dir = demo_proxy
+    served = SERVED
     write_tasks_of_the_matrix(tmp_path)
     assert build_dataset(tmp_path / "tasks", image_settings(), progress=False).ok
     manager = SandboxManager(connect(kube_api.url, "rl"), "rl", "matrix", pod_security=SandboxPodSecurity(level="baseline"))
