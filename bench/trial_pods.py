@@ -24,7 +24,8 @@ the kubelet pulls it from the registry. Prints p50/p99 of both and absent/presen
         --bundle-image REF --dataset examples/image-tasks --lock L [--pod-security baseline] \\
         [--rounds 5 --evict 'ctr -n k8s.io images rm {ref}']
 
-Last line: one JSON object with every figure.
+Last line: one JSON object with every figure. Exits 1 when a reference solution did not score 1,
+doing nothing or the attacker did not score 0, or any trial was not ``ok``.
 """
 
 from __future__ import annotations
@@ -169,6 +170,11 @@ def main() -> int:
     if args.rounds:
         figures["start"] = asyncio.run(starts(args, tasks[0]))
     print(json.dumps(figures))
+    wrong = [t["trial"] for t in figures["scores"]["trials"]
+             if (t["status"], t["reward"]) != ("ok", 1.0 if t["trial"].endswith("-oracle") else 0.0)]
+    if wrong:  # a reference solution not 1, doing nothing or the attacker not 0, or any trial not ok
+        console.print(f"[red]wrong outcome: {', '.join(wrong)}[/red]")
+        return 1
     return 0
 
 
