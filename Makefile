@@ -182,12 +182,14 @@ test-unit: setup
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 # Every cell of the agent x model-family matrix (the suite runs its diagonal), each cell's figures
-# into docs/data/family-matrix.jsonl and the table into docs/agent-trials.md (docs/model-families.md).
+# into docs/data/family-matrix.jsonl and the table into docs/agent-trials.md (docs/model-families.md),
+# and the other tests too slow for CI's budget (marked `matrix`; docs/testing.md#markers).
 matrix:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(SETUP_ALL)
 	rm -f docs/data/family-matrix.jsonl
 	RLSTACK_MATRIX_OUT=docs/data/family-matrix.jsonl $(VENV)/bin/python -m pytest --matrix tests/integration/inference/test_family_matrix.py \
-		tests/integration/inference/test_family_single_turn.py -k "not docs_table" $(PYTEST_ARGS)
+		tests/integration/inference/test_family_single_turn.py tests/integration/inference/test_rlstack_up_stops_promptly.py \
+		-k "not docs_table" $(PYTEST_ARGS)
 	$(VENV)/bin/python -m tests.integration.inference.test_family_matrix --write docs/agent-trials.md
 
 # The main job: build the demo model once (tiny Qwen2 + a short supervised warm start), then a

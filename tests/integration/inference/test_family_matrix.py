@@ -66,10 +66,11 @@ class Mode:
 
 
 MODES = [Mode("qwen3", thinking=True), Mode("qwen3", thinking=False), Mode("gpt-oss"), Mode("deepseek-v3")]
-DIAGONAL = {("qwen3-thinking", "claude-code"), ("qwen3-thinking", "codex"),
-            ("qwen3-no-thinking", "builtin"), ("qwen3-no-thinking", "opencode"),
+DIAGONAL = {("qwen3-thinking", "codex"), ("qwen3-no-thinking", "opencode"),
             ("gpt-oss", "claude-code"), ("deepseek-v3", "builtin")}
-"""What the suite runs: each mode and each agent at least once (claude-code's sub-agents: ``make matrix``)."""
+"""What the suite runs: each mode once and each agent once (claude-code's sub-agents: ``make matrix``).
+Six cells took CI to 50.3 min; the two dropped (qwen3 thinking x claude-code, qwen3 without x the
+built-in agent) are in ``make matrix``."""
 RESULTS_ENV = "RLSTACK_MATRIX_OUT"
 """``make matrix`` names a JSONL here; each cell appends its figures (docs/data/family-matrix.jsonl)."""
 

@@ -2,7 +2,8 @@
 LiteLLM proxy, trainer, env server) exits 0 within a short grace of its own SIGTERM, so none has
 to be killed. The run config's ``stop_grace_s`` is 20 s here, not the 60 s of a real run (whose
 grace a proxy once outlasted: the trainer's and env server's in-flight work must never need it).
-The example config `test_training_loop_end_to_end.py` runs, with the tiny model."""
+The example config `test_training_loop_end_to_end.py` runs, with the tiny model. In ``make matrix``,
+not the suite (80 s of CI's two cores, which went past 50 min with it)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from rlstack.common.process import log_tail
 from tests.conftest import REPO
 from tests.helpers.wait import wait_until
+
+pytestmark = pytest.mark.matrix
 
 GRACE_S = 20
 

@@ -225,7 +225,7 @@ def test_claude_code_runs_the_policys_tool_calls_in_a_trial_pod_of_its_tasks_ima
     config = KubernetesSandboxConfig(bundle_image=bundle_image_ref(BUNDLE), claim_name="shared", trials_dir=trials_dir,
                                      trials_subpath=trials_dir.name, image_pull_policy="Never")
     with FakeKubelet(kube_api, trials_dir.parent, "rl") as kubelet:
-        run_cell(CELLS[1], proxy, trials_dir, served, tmp_path, sandbox=build_sandbox(config, manager))
+        run_cell(CELLS[1], proxy, trials_dir, served, tmp_path, sandbox=build_sandbox(config, manager), prefix="pod-")
     assert {name.split("/")[1] for name in kubelet.images} == {"bundle", "trial"} and "host" not in kubelet.images.values()
 
 
@@ -235,11 +235,12 @@ def write_tasks_of_the_matrix(tmp_path: Path) -> None:
 
 
 def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  # noqa: ANN001 - a ServiceProcess
-             turn_end: str = TURN_END, sandbox=None) -> tuple[list[TrajectoryRecord], Assembly]:  # noqa: ANN001
+             turn_end: str = TURN_END, sandbox=None, prefix: str = "") -> tuple[list[TrajectoryRecord], Assembly]:  # noqa: ANN001
     """Trials of the matrix's tasks in turn (``ROUNDS`` times over) until one runs two of the policy's
     tool calls in the cell's segments; each trial on the way is checked for the whole chain. Returns
     that trial's calls and what the env would post of them. ``sandbox``: the local one in each task's
-    image unless given."""
+    image unless given. ``prefix`` keeps a second run of a cell, sharing the proxy's trials directory,
+    off the first one's trial ids."""
     write_tasks_of_the_matrix(tmp_path)
     agent = cell.make()
     tasks = sorted(load_dataset(tmp_path / "tasks").tasks, key=lambda t: "sum-numbers" not in t.name)
@@ -247,7 +248,7 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  
     if sandbox is None:
         sandbox = build_sandbox(LocalSandboxConfig(images=image_settings()))  # each trial in its task's image
     for round_, task in product(range(ROUNDS), tasks):
-        trial = f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
+        trial = prefix + f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])
