@@ -372,11 +372,15 @@ def plot(results: list[dict], path: Path, budget: float) -> None:
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.5), sharey=True)
-    for result in results:
+    cells = sorted({r["cell"] for r in results})
+    colours = plt.get_cmap("tab20" if len(cells) > 10 else "tab10")
+    for result in results:  # a cell's colour on both sides; rlstack solid, LiteLLM dashed with squares
         points = sorted(result["points"], key=lambda p: p["rate"])
         rates = [p["rate"] for p in points]
+        rlstack = result["side"] == "rlstack"
         for ax, key in zip(axes, ("added_p50_ms", "added_p99_ms"), strict=True):
-            ax.plot(rates, [min(p[key], 10 * budget) for p in points], marker="o", label=f"{result['side']}: {result['cell']}")
+            ax.plot(rates, [min(p[key], 10 * budget) for p in points], color=colours(cells.index(result["cell"])),
+                    linestyle="-" if rlstack else "--", marker="o" if rlstack else "s", label=f"{result['side']}: {result['cell']}")
     for ax, title in zip(axes, ("added p50", "added p99"), strict=True):
         ax.axhline(budget, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")

@@ -1,4 +1,4 @@
-"""What the first real node (one kubelet, 2 cores; docs/kubernetes.md#a-real-node) found in
+"""What the first real node (one kubelet, 2 cores; docs/record/real-nodes.md#the-first-node-2026-11-27) found in
 values-cpu.yaml: each test fails on the values that were installed there first."""
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ spec:
         timeoutSeconds: 5
       {{- else if ne .probes false }}
       {{- /* 5 s, not the kubelet's 1 s: on a busy node the proxy's /healthz took up to 1.8 s under a
-             run's load, and a 1 s liveness timeout restarted it mid-run (docs/kubernetes.md#a-real-node). */}}
+             run's load, and a 1 s liveness timeout restarted it mid-run (docs/record/real-nodes.md#the-first-node-2026-11-27). */}}
       {{- with $spec.startupProbe }}
       startupProbe:
         httpGet: {path: /readyz, port: http}
