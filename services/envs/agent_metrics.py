@@ -7,6 +7,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        """The sandbox's own series (a kubernetes sandbox's pool, claims, API calls) go here too."""
         self.trials_started = Counter("rlstack_env_trials_started", "Agent trials started", ["env"], registry=registry)
         self.trials_finished = Counter("rlstack_env_trials_finished", "Agent trials finished, by status",
                                        ["env", "status"], registry=registry)

@@ -32,7 +32,7 @@ from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajector
 from rlstack.envs.agent_group import TrialOutcome, trial_group, why_unscored
 from rlstack.envs.agent_metrics import AgentMetrics
 from rlstack.envs.config import EnvSettings
-from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks
+from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks, Upcoming
 from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
 from rlstack.episodes.agents import (
@@ -50,6 +50,7 @@ from rlstack.episodes.sandboxes import (
     KubernetesSandboxConfig,
     LocalSandboxConfig,
     Sandbox,
+    WarmPoolConfig,
     build_sandbox,
 )
 from rlstack.episodes.trials.layout import TrialPaths
@@ -89,6 +90,7 @@ class AgentEnvRunner(EnvRunner):
             raise ValueError("task harbor needs --tasks-dir (a directory of Harbor tasks)")
         tasks = tasks or HarborTasks.load(settings.tasks_dir, settings.seed, settings.heldout_size or 0)
         super().__init__(settings, metrics, task=tasks)
+        self.problems = Upcoming(self.problems, settings.workers)
         self.am = agent_metrics
         self._kube = None  # the API client of the kubernetes backend
         self.agent = self._agent_spec()
@@ -127,11 +129,13 @@ class AgentEnvRunner(EnvRunner):
                 environment=self.s.sandbox_environment, image=self.s.sandbox_image, bundle_image=self.s.sandbox_bundle_image,
                 bundle_source=self.s.sandbox_bundle_source, image_lock=self.s.sandbox_image_lock,
                 image_pull_policy=self.s.sandbox_image_pull_policy, claim_name=self.s.sandbox_claim,
-                trials_dir=self.s.trials_dir.resolve(), trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python)
+                trials_dir=self.s.trials_dir.resolve(), trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python,
+                pool=WarmPoolConfig(max_total=self.s.sandbox_pool_max_total, max_per_image=self.s.sandbox_pool_max_per_image,
+                                    idle_seconds=self.s.sandbox_pool_idle_seconds))
             from rlstack.envs.cluster import sandbox_manager
 
             self._kube, manager = sandbox_manager(self.s)
-            sandbox = build_sandbox(config, manager)
+            sandbox = build_sandbox(config, manager, self.am.registry)
         else:
             sandbox = build_sandbox(local_sandbox_config(self.s))
         sandbox.check()
@@ -171,6 +175,9 @@ class AgentEnvRunner(EnvRunner):
         return min(lengths, default=None)  # a sequence must fit every replica that may serve it
 
     async def rollout(self, problem: HarborTask, trial: str) -> dict:
+        expect = getattr(self.sandbox, "expect", None)
+        if expect is not None:  # the warm pool readies pods for the groups that start next
+            await expect(self.problems.peek(), self.s.group_size)
         await self._wait_for_staleness_room()
         number = next(self.groups)
         self.groups_started += 1

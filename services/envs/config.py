@@ -147,6 +147,12 @@ class EnvSettings(PolicySettings):
     sandbox_grace_seconds: float = Field(default=300.0, ge=0)
     """Finished sandboxes stay this long so their logs can be read."""
     sandbox_reap_interval_seconds: float = Field(default=30.0, gt=0)
+    sandbox_pool_max_total: int = Field(default=0, ge=0)
+    """kubernetes, image: warm pods at most over every task image, started ahead for the next groups'
+    tasks and claimed by their trials; 0: every trial creates its pod (docs/kubernetes.md#warm-pools)."""
+    sandbox_pool_max_per_image: int = Field(default=8, ge=1)
+    sandbox_pool_idle_seconds: float = Field(default=600.0, gt=60)
+    """A warm pod nobody claims leaves after this long."""
     kube_api_url: str | None = None
     """API server to use instead of the in-cluster or kubeconfig one (``kubectl proxy``, tests)."""
     kube_namespace: str | None = None

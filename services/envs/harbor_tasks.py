@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,3 +48,25 @@ class HarborTasks:
 
     def heldout(self) -> list[HarborTask]:
         return list(self._heldout)
+
+
+class Upcoming(Iterator[HarborTask]):
+    """A task stream that shows its next ``window`` tasks: the tasks of the groups that start next,
+    which the kubernetes sandbox's warm pool starts pods for before they are drawn."""
+
+    def __init__(self, stream: Iterator[HarborTask], window: int) -> None:
+        self._stream, self._ahead = stream, deque[HarborTask]()
+        self.window = window
+
+    def __next__(self) -> HarborTask:
+        self._fill()
+        return self._ahead.popleft()
+
+    def peek(self) -> list[HarborTask]:
+        self._fill()
+        return list(self._ahead)[: self.window]
+
+    def _fill(self) -> None:
+        while len(self._ahead) < self.window + 1:
+            self._ahead.append(next(self._stream))
+

@@ -226,16 +226,26 @@ def check_sandboxes(c: DoctorConfig, now: datetime | None = None) -> Check | Non
 
 def judge_sandboxes(pods: list[Pod], stuck_after_s: float, leaked_after_s: float, now: datetime) -> Check:
     from rlstack.episodes.sandboxes.pods import finished_at
+    from rlstack.episodes.sandboxes.pool import POOL_LABEL, pull_failure
 
-    stuck, leaked = [], []
+    stuck, leaked, unpulled = [], [], {}
     for pod in pods:
         phase = pod.status.phase if pod.status else None
+        failure = pull_failure(pod)
+        if failure is not None:
+            unpulled.setdefault(pod.spec.containers[0].image if pod.spec else "?", failure)
         if phase == "Pending" and (now - pod.metadata.creationTimestamp).total_seconds() > stuck_after_s:
             stuck.append(pod.metadata.name)
         ended = finished_at(pod)
         if ended is not None and (now - ended).total_seconds() > leaked_after_s:
             leaked.append(pod.metadata.name)
-    detail = f"{len(pods)} pod(s), {len(stuck)} stuck pending, {len(leaked)} finished long ago but not deleted"
+    warm = sum(1 for p in pods if POOL_LABEL in (p.metadata.labels or {}))
+    detail = (f"{len(pods)} pod(s) ({warm} warm, waiting for a claim), {len(stuck)} stuck pending, "
+              f"{len(leaked)} finished long ago but not deleted, {len(unpulled)} image(s) not pulled")
+    if unpulled:
+        image, why = next(iter(unpulled.items()))
+        return Check("sandbox pods", False, detail, f"image {image} cannot be pulled ({why[:120]}): check the lock file's "
+                     "reference (rlstack tasks build --push) and the nodes' pull credentials; its warm pool is stopped")
     if stuck:
         return Check("sandbox pods", False, detail, f"stuck: {stuck[:5]}: no room on nodes or an image pull failing (kubectl describe)")
     if leaked:

@@ -4,7 +4,8 @@ No kubelet or container runtime can run here. This fake plays one for trial pods
 pod it runs the init containers in order and then the main container, each as a bubblewrap
 sandbox whose mounts are the pod's ``volumeMounts`` (the PVC is a host directory, ``subPath``
 a directory below it, each ``emptyDir`` a fresh directory made 0777 as the kubelet makes it),
-with the container's ``command``, ``env`` and ``workingDir``. A container whose image is in
+with the container's ``command``, ``env`` and ``workingDir``; the pod is ``Running`` from its main
+container's start (``Pending`` while its init containers run). A container whose image is in
 this host's podman store runs in that image, as a node would run it: its layers under an overlay
 with a writable layer of the container's own (mount points made there, as a runtime makes them),
 its ENV and WORKDIR, PID 1 of its own PID namespace (``--as-pid-1``); an ``image`` volume is that
@@ -109,8 +110,9 @@ class FakeKubelet:
                     os.chmod(path, 0o2777)
                 volumes[volume["name"]] = path
         try:
-            self.api.set_status(self.namespace, name, "Running")
             for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                if container is spec["containers"][0]:  # Pending while init containers run, as on a node
+                    self.api.set_status(self.namespace, name, "Running")
                 code = self._run_container(name, security, container, volumes)
                 if code is None:
                     return  # deleted under us

@@ -209,7 +209,7 @@ def test_dashboards_ship_in_a_sidecar_configmap(rendered):
     _, objects = rendered
     configmap = next(c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-dashboards"))
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert set(configmap["data"]) == {"training.json", "batcher.json", "inference.json", "proxy.json"}
+    assert set(configmap["data"]) == {"training.json", "batcher.json", "inference.json", "proxy.json", "sandboxes.json"}
     for text in configmap["data"].values():
         assert json.loads(text)["panels"]
 
@@ -292,6 +292,9 @@ def test_prometheus_rule_alerts_on_mismatch_quarantine_stalls_and_silent_envs():
     assert "{{ $value }}" in alerts["RlstackReplicaQuarantined"]["annotations"]["summary"]
     assert alerts["RlstackRunStalled"]["expr"] == "rlstack_batcher_stalled == 1" and alerts["RlstackRunStalled"]["for"] == "1m"
     assert alerts["RlstackEnvWentSilent"]["expr"] == "increase(rlstack_batcher_env_leases_expired_total[15m]) > 0"
+    assert alerts["RlstackSandboxImagePullFailing"]["expr"] == "increase(rlstack_sandbox_pool_pull_failures_total[15m]) > 0"
+    assert "{{ $labels.image }}" in alerts["RlstackSandboxImagePullFailing"]["annotations"]["summary"]
+    assert 'code="429"' in alerts["RlstackSandboxApiThrottled"]["expr"]
     assert "PrometheusRule" not in render("values.yaml")
 
 

@@ -20,6 +20,11 @@ trial's one secret, the tests, which must not exist for the agent:
    the logs are made readable and removable by the env server, whose uid may differ.
 
 It exits 0 whatever the phases did: the env server reads the outcomes from the trials volume.
+
+A warm-pool pod (``--wait-claim``) starts the same way before its trial is known: the driver
+waits, with no agent and nothing of any trial in the pod, until the env server writes the stage
+and then the ``claim`` file (read by opening it, so an NFS client's close-to-open consistency
+shows it at once), and exits 0 unclaimed after ``--idle-seconds``.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ TESTS, SOLUTION = Path("/tests"), Path("/solution")
 OUTCOME_FILE, EXIT_CODE_FILE = "phase.json", "exit_code.txt"
 NOT_INIT = 3
 PR_SET_DUMPABLE = 4
+CLAIM = "claim"
+"""Written last by the env server when a warm pod is claimed: the trial's id."""
+CLAIM_POLL_SECONDS = 0.02
 
 
 def log(message: str) -> None:
@@ -146,15 +154,38 @@ def open_up(directory: Path) -> None:
                 continue
 
 
+def wait_for_claim(stage: Path, idle_seconds: float) -> str | None:
+    """The trial id once the env server claims this pod; None when nobody did within ``idle_seconds``."""
+    deadline = time.monotonic() + idle_seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(stage / CLAIM, "rb") as f:  # noqa: PTH123 - an open(), for close-to-open consistency
+                trial = f.read().decode().strip()
+        except FileNotFoundError:
+            trial = ""
+        if trial:
+            return trial
+        time.sleep(CLAIM_POLL_SECONDS)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlstack.episodes.inside.trial", description=__doc__.splitlines()[0])
     parser.add_argument("--stage", type=Path, default=STAGE)
+    parser.add_argument("--wait-claim", action="store_true", help="a warm-pool pod: wait for the claim file first")
+    parser.add_argument("--idle-seconds", type=float, default=600.0, help="with --wait-claim: exit 0 unclaimed after this")
     args = parser.parse_args(argv)
     if os.getpid() != 1:
         log(f"refusing to run as pid {os.getpid()}: only the container's first process may kill every other one")
         return NOT_INIT
     undumpable()
     signal.signal(signal.SIGTERM, lambda *_: (sweep(), os._exit(143)))  # the pod is being deleted
+    if args.wait_claim:
+        trial = wait_for_claim(args.stage, args.idle_seconds)
+        if trial is None:
+            log(f"not claimed within {args.idle_seconds:g}s: leaving the pool")
+            return 0
+        log(f"claimed by trial {trial}")
 
     plan = TrialPlan.model_validate_json(safefs.read_bytes(args.stage / PLAN, args.stage))
     tests = pack(args.stage / "tests")

@@ -12,11 +12,13 @@ from rlstack.episodes.sandboxes.config import (
     KubernetesSandboxConfig,
     LocalSandboxConfig,
     SandboxConfig,
+    WarmPoolConfig,
 )
 
 
-def build_sandbox(config: SandboxConfig, manager=None) -> Sandbox:  # noqa: ANN001 - a kube SandboxManager
-    """The backend named by ``config.type``; ``kubernetes`` also needs the env server's ``SandboxManager``."""
+def build_sandbox(config: SandboxConfig, manager=None, registry=None) -> Sandbox:  # noqa: ANN001 - a kube SandboxManager, a CollectorRegistry
+    """The backend named by ``config.type``; ``kubernetes`` also needs the env server's ``SandboxManager``
+    (and puts its series, the warm pool's and the API calls', on ``registry``)."""
     if config.type == "local" and config.environment == "image":
         from rlstack.episodes.sandboxes.image import ImageSandbox
 
@@ -30,9 +32,9 @@ def build_sandbox(config: SandboxConfig, manager=None) -> Sandbox:  # noqa: ANN0
 
         if manager is None:
             raise ValueError("the kubernetes sandbox needs a SandboxManager")
-        return KubernetesSandbox(manager, config)
+        return KubernetesSandbox(manager, config, registry)
     raise ValueError(f"unknown sandbox type {config.type!r}")
 
 
-__all__ = ["KubernetesSandboxConfig", "LocalSandboxConfig", "Sandbox", "SandboxConfig", "SandboxError", "SandboxJob", "SandboxOutcome",
+__all__ = ["KubernetesSandboxConfig", "LocalSandboxConfig", "WarmPoolConfig", "Sandbox", "SandboxConfig", "SandboxError", "SandboxJob", "SandboxOutcome",
            "SandboxUnavailable", "build_sandbox"]

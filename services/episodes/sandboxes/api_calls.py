@@ -148,6 +148,9 @@ class ApiCalls:
         self.retries = Counter("rlstack_sandbox_api_retries", "Kubernetes API requests retried after a 429, a 5xx or "
                                "a connection failure, by verb and the code that was retried", ["verb", "code"],
                                registry=self.registry)
+        for verb in ("create", "delete"):  # series from the start: a dashboard's 0, not "No data"
+            for code in ("429", "500"):
+                self.retries.labels(verb=verb, code=code)
         self.bucket = TokenBucket(self.settings.creates_per_second, self.settings.burst)
 
     def set_create_rate(self, creates_per_second: float, burst: int | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,6 +85,8 @@ class SandboxOutcome(BaseModel):
     verifier: PhaseOutcome
     image: str | None = None
     """The image both phases ran in (reference with its digest); None: the host's tools."""
+    start: Literal["warm", "cold"] | None = None
+    """A pod's: claimed from the warm pool, or created for the trial; None: a local sandbox."""
 
 
 class Sandbox(Protocol):

@@ -69,6 +69,30 @@ class LocalSandboxConfig(BaseModel):
     """PATH inside the sandbox unless the agent's environment sets its own."""
 
 
+class WarmPoolConfig(BaseModel):
+    """Pods of the upcoming tasks' images started ahead of their trials (``sandboxes/pool.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_total: int = Field(default=0, ge=0)
+    """Warm pods at most, over every image; 0: no pool, every trial creates its pod (cold)."""
+    max_per_image: int = Field(default=8, ge=1)
+    """Warm pods at most of one task image (one group of 8 trials of one task at once, by default)."""
+    idle_seconds: float = Field(default=600, gt=0)
+    """A warm pod nobody claims exits after this long; the pool hands none out in its last
+    ``claim_margin_seconds``, so a claim never races its exit."""
+    claim_margin_seconds: float = Field(default=60, ge=0)
+    trim_after_seconds: float = Field(default=120, ge=0)
+    """A warm pod beyond what the next groups need is deleted after idling this long."""
+    trial_seconds: int = Field(default=3600, ge=1)
+    """The longest trial a warm pod is given after its claim (its activeDeadlineSeconds is
+    ``idle_seconds`` + this)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_total > 0
+
+
 class KubernetesSandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -103,6 +127,9 @@ class KubernetesSandboxConfig(BaseModel):
     run_as_user: int = Field(default=1000, ge=1)
     keep_pods: bool = False
     """Leave finished pods for the reaper instead of deleting them at once (debugging)."""
+    pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig)
+    """``image``: warm pods per task image, claimed by trials; off unless ``pool.max_total`` > 0
+    (``host`` has none: its pods are cheap to start, one image the node already holds)."""
 
     @model_validator(mode="after")
     def _images_named(self) -> KubernetesSandboxConfig:

@@ -29,13 +29,20 @@ import contextlib
 import logging
 import os
 import shutil
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
 
 from rlstack.common import safefs
 from rlstack.episodes.bundle.paths import AGENT_PROGRAMS, BUNDLE_MOUNT, PYTHON
 from rlstack.episodes.harbor.task import HarborTask
 from rlstack.episodes.images.lock import ImageLockError, LockEntry
 from rlstack.episodes.inside.plan import PLAN, PhasePlan, TrialPlan
+from rlstack.episodes.inside.trial import CLAIM
+from rlstack.episodes.sandboxes.api_calls import ApiCalls
 from rlstack.episodes.sandboxes.base import (
     AGENT_STDERR,
     AGENT_STDOUT,
@@ -55,6 +62,14 @@ from rlstack.episodes.sandboxes.base import (
 from rlstack.episodes.sandboxes.config import KubernetesSandboxConfig
 from rlstack.episodes.sandboxes.locked_images import LockedImages
 from rlstack.episodes.sandboxes.phase import OUTCOME_FILE
+from rlstack.episodes.sandboxes.pool import (
+    MAIN_CONTAINER,
+    POOL_DIR,
+    POOL_LABEL,
+    PoolKey,
+    PoolMetrics,
+    WarmPool,
+)
 
 log = logging.getLogger(__name__)
 STAGE = ".sandbox"
@@ -67,11 +82,52 @@ BUNDLE_COPY = "/bundle"
 class KubernetesSandbox:
     kind = "kubernetes"
 
-    def __init__(self, manager, config: KubernetesSandboxConfig) -> None:  # noqa: ANN001 - SandboxManager (lightkube)
-        self.manager = manager
+    def __init__(self, manager, config: KubernetesSandboxConfig, registry: CollectorRegistry | None = None) -> None:  # noqa: ANN001
+        self.manager = manager  # SandboxManager (lightkube)
         self.config = config
         self.images = LockedImages(config.image_lock)
+        self.metrics = PoolMetrics(registry)
+        if registry is not None:  # the manager's requests counted on the env server's /metrics
+            manager.api = ApiCalls(manager.api.settings, registry)
         self._running: set[str] = set()
+        self.watch = None
+        """The run's pods, one list and one watch for every trial (``pod_watch.RunPodWatch``), from the first trial."""
+        self.pool: WarmPool | None = None
+        self._started: asyncio.Lock | None = None
+        self._agents: tuple[str, ...] = ()
+
+    async def _start(self) -> None:
+        """The shared watch and the pool, on the env server's loop, once."""
+        if self._started is None:
+            self._started = asyncio.Lock()
+        async with self._started:
+            if self.watch is not None:
+                return
+            from rlstack.episodes.sandboxes.pod_watch import RunPodWatch
+
+            watch = RunPodWatch(self.manager.client, self.manager.namespace, {self.manager.run_label: self.manager.run},
+                                api_calls=self.manager.api)
+            await watch.start()
+            self.watch = watch
+            if self.config.pool.enabled and self.config.environment == "image":
+                self.pool = WarmPool(self.manager, watch, self.config.pool, self._warm_spec, self._pool_dir, self.metrics)
+                await self.pool.start()
+
+    async def expect(self, tasks: list[HarborTask], trials_each: int) -> None:
+        """The tasks of the next groups, ``trials_each`` trials each: what the warm pool keeps ready."""
+        if not self.config.pool.enabled or self.config.environment != "image":
+            return
+        await self._start()
+        demand: Counter[PoolKey] = Counter()
+        for task in tasks:
+            with contextlib.suppress(SandboxError):
+                image = self._image(task)
+                if image is not None:
+                    demand[self._key(task, image, self._agents)] += trials_each
+        self.pool.expect(demand)
+
+    def _pool_dir(self, name: str) -> Path:
+        return self.config.trials_dir / POOL_DIR / name
 
     def check(self) -> None:
         if not self.config.trials_dir.is_dir():
@@ -81,6 +137,7 @@ class KubernetesSandbox:
         """Every task's image from the lock file before the first trial; task name -> why it has none."""
         if self.config.environment != "image":
             return {}
+        self._agents = _agents_of(agent_command or [])
         failed, refs = {}, set()
         for task in tasks:
             try:
@@ -106,42 +163,104 @@ class KubernetesSandbox:
         return entry
 
     async def run(self, job: SandboxJob) -> SandboxOutcome:
-        from rlstack.episodes.sandboxes.pods import SandboxGone
-
-        trial_dir = job.agent_dir.parent
+        began = datetime.now(UTC)
+        await self._start()
         image = self._image(job.task)
+        self.metrics.in_flight.inc()
+        try:
+            if self.pool is not None and image is not None:
+                key = self._pool_key(job, image)
+                for _ in range(2):  # a claimed pod found gone before its agent started: once more, then cold
+                    warm = self.pool.claim(key)
+                    if warm is None:
+                        break
+                    outcome = await self._run_warm(job, image, warm.name)
+                    if outcome is not None:
+                        return self._started_as(outcome, "warm", began)
+            return self._started_as(await self._run_cold(job, image), "cold", began)
+        finally:
+            self.metrics.in_flight.dec()
+
+    def _started_as(self, outcome: SandboxOutcome, start: Literal["warm", "cold"], began: datetime) -> SandboxOutcome:
+        self.metrics.claims.labels(start).inc()
+        self.metrics.start_seconds.labels(start).observe(max(0.0, (outcome.agent.started_at - began).total_seconds()))
+        return outcome.model_copy(update={"start": start})
+
+    async def _run_cold(self, job: SandboxJob, image: LockEntry | None) -> SandboxOutcome:
+        trial_dir = job.agent_dir.parent
         await asyncio.to_thread(self._stage, job, trial_dir, image)
         name = None
         try:
             name = await self.manager.launch(self.spec(job, trial_dir, image))
             self._running.add(name)
-            deadline = self._deadline(job)
-            try:
-                pod = await self.manager.wait(name, timeout=deadline + 60)
-            except SandboxGone:
-                raise SandboxError(f"kubernetes sandbox: pod {name} was deleted before the trial finished") from None
-            except TimeoutError:
-                raise SandboxError(f"kubernetes sandbox: pod {name} did not finish within {deadline + 60}s") from None
-            agent = _outcome(job.agent_dir, trial_dir)
-            verifier = _outcome(job.verifier_dir, trial_dir)
-            if agent is None or verifier is None:
-                where = f", container {pod.container} exited {pod.exit_code}" if pod.container else ""
-                raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}{where}) "
-                                   f"before {'the agent' if agent is None else 'the verifier'} finished")
-            return SandboxOutcome(agent=agent, verifier=verifier, image=image.recorded_ref if image else None)
+            pod = await self._wait(name, job)
+            return self._read_outcome(job, name, pod, image)
         finally:
             if name is not None:
-                self._running.discard(name)
-                if not self.config.keep_pods:
-                    with contextlib.suppress(Exception):  # the reaper gets any pod we could not delete
-                        await asyncio.shield(self.manager.delete(name))
+                await self._delete(name)
             await asyncio.to_thread(shutil.rmtree, trial_dir / STAGE, True)
 
+    async def _run_warm(self, job: SandboxJob, image: LockEntry, name: str) -> SandboxOutcome | None:
+        """The trial in a claimed warm pod; None when the pod was gone before its agent started."""
+        from rlstack.episodes.sandboxes.pods import SandboxGone
+
+        trial_dir, pod_dir = job.agent_dir.parent, self._pool_dir(name)
+        self._running.add(name)
+        try:
+            await asyncio.to_thread(self._stage_claim, job, trial_dir, pod_dir)
+            try:
+                pod = await self._wait(name, job)
+            except SandboxError:
+                if not (pod_dir / "agent" / AGENT_STDOUT).exists():  # the driver never started the agent
+                    log.info("trial %s: warm pod %s was gone before its agent started; claiming another", job.trial, name)
+                    return None
+                raise
+            await asyncio.to_thread(self._collect, job, trial_dir, pod_dir)
+            return self._read_outcome(job, name, pod, image)
+        except SandboxGone:
+            return None
+        finally:
+            await self._delete(name)
+            await asyncio.to_thread(shutil.rmtree, pod_dir, True)
+
+    async def _wait(self, name: str, job: SandboxJob):  # noqa: ANN202 - pods.SandboxOutcome
+        from rlstack.episodes.sandboxes.pod_watch import PodGone
+        from rlstack.episodes.sandboxes.pods import FINISHED, outcome
+
+        timeout = self._deadline(job) + 60
+        try:
+            pod = await self.watch.wait_for(name, lambda p: bool(p.status and p.status.phase in FINISHED), timeout=timeout)
+        except PodGone:
+            raise SandboxError(f"kubernetes sandbox: pod {name} was deleted before the trial finished") from None
+        except TimeoutError:
+            raise SandboxError(f"kubernetes sandbox: pod {name} did not finish within {timeout}s") from None
+        return outcome(pod)
+
+    def _read_outcome(self, job: SandboxJob, name: str, pod, image: LockEntry | None) -> SandboxOutcome:  # noqa: ANN001
+        trial_dir = job.agent_dir.parent
+        agent = _outcome(job.agent_dir, trial_dir)
+        verifier = _outcome(job.verifier_dir, trial_dir)
+        if agent is None or verifier is None:
+            where = f", container {pod.container} exited {pod.exit_code}" if pod.container else ""
+            raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}{where}) "
+                               f"before {'the agent' if agent is None else 'the verifier'} finished")
+        return SandboxOutcome(agent=agent, verifier=verifier, image=image.recorded_ref if image else None)
+
+    async def _delete(self, name: str) -> None:
+        self._running.discard(name)
+        if not self.config.keep_pods:
+            with contextlib.suppress(Exception):  # the reaper gets any pod we could not delete
+                await asyncio.shield(self.manager.delete(name))
+
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         for name in list(self._running):
             with contextlib.suppress(Exception):
                 await self.manager.delete(name)
         self._running.clear()
+        if self.watch is not None:
+            await self.watch.close()
 
     def _deadline(self, job: SandboxJob) -> int:
         return int(job.agent_timeout_sec + job.verifier_timeout_sec) + self.config.deadline_slack_sec
@@ -174,6 +293,35 @@ class KubernetesSandbox:
         except OSError as exc:
             raise SandboxError(f"kubernetes sandbox: cannot stage the task on the trials volume: {exc}") from exc
 
+    def _stage_claim(self, job: SandboxJob, trial_dir: Path, pod_dir: Path) -> None:
+        """A claim: the trial's tests, solution and plan into the warm pod's stage, then ``claim``
+        (written whole, then renamed), which starts the driver."""
+        stage = pod_dir / STAGE
+        try:
+            if job.mount_solution and job.task.solution_dir is None:
+                raise SandboxError(f"task {job.task.name} has no solution/solve.sh to mount")
+            shutil.copytree(job.task.tests_dir, stage / "tests")
+            if job.mount_solution:
+                shutil.copytree(job.task.solution_dir, stage / "solution")
+            safefs.makedirs(job.agent_dir, within=trial_dir)
+            safefs.clear_dir(job.verifier_dir, within=trial_dir)
+            safefs.unlink(job.agent_dir / OUTCOME_FILE, within=trial_dir)
+            _move_entries(job.agent_dir, pod_dir / "agent")  # the instruction, where the pod's /logs/agent is
+            (stage / PLAN).write_text(self._plan(job).model_dump_json())
+            for directory in [p for p in stage.rglob("*") if p.is_dir()]:
+                os.chmod(directory, 0o777)  # noqa: S103 - the pod's user empties the stage
+            (stage / f"{CLAIM}.tmp").write_text(job.trial)
+            os.rename(stage / f"{CLAIM}.tmp", stage / CLAIM)
+        except OSError as exc:
+            raise SandboxError(f"kubernetes sandbox: cannot stage the claim on the trials volume: {exc}") from exc
+
+    def _collect(self, job: SandboxJob, trial_dir: Path, pod_dir: Path) -> None:
+        """What the pod wrote to its logs, moved into the trial's directory: each entry renamed as it
+        is (a link stays a link, never followed; the readers below do not follow one either)."""
+        for source, target in ((pod_dir / "agent", job.agent_dir), (pod_dir / "verifier", job.verifier_dir)):
+            safefs.clear_dir(target, within=trial_dir)
+            _move_entries(source, target)
+
     def _plan(self, job: SandboxJob) -> TrialPlan:
         return TrialPlan(
             agent=PhasePlan(argv=job.agent_image_command or job.agent_command, env=job.agent_env, timeout=job.agent_timeout_sec),
@@ -188,11 +336,31 @@ class KubernetesSandbox:
         return f"{c.trials_subpath.strip('/')}/{trial_dir.relative_to(c.trials_dir).as_posix()}"
 
     def _image_spec(self, job: SandboxJob, trial_dir: Path, image: LockEntry):  # noqa: ANN202 - pods.SandboxSpec
+        key = self._pool_key(job, image)
+        return self._task_pod_spec(job.trial, self._subpath(trial_dir), key, self._deadline(job))
+
+    def _warm_spec(self, key: PoolKey, pod_id: str):  # noqa: ANN202 - pods.SandboxSpec
+        """A warm pod: the same pod as a trial's, its driver waiting for a claim, its directory the pool's."""
+        c = self.config
+        name = self.manager.pod_name(pod_id)
+        base = f"{c.trials_subpath.strip('/')}/{POOL_DIR}/{name}"
+        return self._task_pod_spec(pod_id, base, key, int(c.pool.idle_seconds) + c.pool.trial_seconds,
+                                   ["--wait-claim", "--idle-seconds", f"{c.pool.idle_seconds:g}"], {POOL_LABEL: key.digest})
+
+    def _pool_key(self, job: SandboxJob, image: LockEntry) -> PoolKey:
+        return self._key(job.task, image, _agents_of(job.agent_image_command or job.agent_command))
+
+    @staticmethod
+    def _key(task: HarborTask, image: LockEntry, agents: tuple[str, ...]) -> PoolKey:
+        resources = task.config.environment
+        return PoolKey(image=image.pull_ref, user=image.user, cpu=str(resources.cpus or 1),
+                       memory=f"{resources.memory_mb}Mi" if resources.memory_mb else "2Gi", agents=agents)
+
+    def _task_pod_spec(self, pod_trial: str, base: str, key: PoolKey, deadline: int, driver_args: list[str] | None = None,  # noqa: ANN202
+                       labels: dict[str, str] | None = None):
         from rlstack.episodes.sandboxes.pods import SandboxSpec
 
-        c, base = self.config, self._subpath(trial_dir)
-        command = job.agent_image_command or job.agent_command
-        agents = [name for name, program in AGENT_PROGRAMS.items() if program in command and program != PYTHON]
+        c, agents = self.config, list(key.agents)
         trials = lambda path, sub: {"name": "trials", "mountPath": path, "subPath": f"{base}/{sub}"}  # noqa: E731
         bundle_volume: dict = {"name": "bundle", "emptyDir": {}}
         bundle_mount = {"name": "bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True}
@@ -204,13 +372,11 @@ class KubernetesSandbox:
             init.append({"name": "bundle", "image": c.bundle_image, "imagePullPolicy": c.image_pull_policy,
                          "command": [PYTHON, "-I", "-m", "rlstack.episodes.inside.copy_bundle", BUNDLE_COPY, *agents],
                          "volumeMounts": [{"name": "bundle", "mountPath": BUNDLE_COPY}]})
-        uid, gid = (int(part) for part in image.user.split(":"))
-        resources = job.task.config.environment
+        uid, gid = (int(part) for part in key.user.split(":"))
         return SandboxSpec(
-            trial=job.trial, image=image.pull_ref, image_pull_policy=c.image_pull_policy, identity=(uid, gid),
-            writable_root=True, deadline_seconds=self._deadline(job),
-            cpu=str(resources.cpus or 1), memory=f"{resources.memory_mb}Mi" if resources.memory_mb else "2Gi",
-            container_name="trial", command=[PYTHON, "-I", "-m", "rlstack.episodes.inside.trial"],
+            trial=pod_trial, image=key.image, image_pull_policy=c.image_pull_policy, identity=(uid, gid),
+            writable_root=True, deadline_seconds=deadline, cpu=key.cpu, memory=key.memory, labels=labels or {},
+            container_name=MAIN_CONTAINER, command=[PYTHON, "-I", "-m", "rlstack.episodes.inside.trial", *(driver_args or [])],
             volumes=[{"name": "trials", "persistentVolumeClaim": {"claimName": c.claim_name}}, bundle_volume,
                      {"name": "tests", "emptyDir": {}}, {"name": "solution", "emptyDir": {}}],
             volume_mounts=[bundle_mount,
@@ -263,6 +429,18 @@ class KubernetesSandbox:
                                   "--exit-code-file"),
                  "volumeMounts": agent_mounts},
             ])
+
+
+def _move_entries(source: Path, target: Path) -> None:
+    """Every entry of ``source`` renamed into ``target`` (one volume): a link moves as a link."""
+    with os.scandir(source) as entries:
+        for entry in entries:
+            os.rename(source / entry.name, target / entry.name)
+
+
+def _agents_of(command: list[str]) -> tuple[str, ...]:
+    """The bundle's agents a command runs: what a pod's bundle copy must hold."""
+    return tuple(name for name, program in AGENT_PROGRAMS.items() if program in command and program != PYTHON)
 
 
 def _outcome(directory: Path, trial_dir: Path) -> PhaseOutcome | None:

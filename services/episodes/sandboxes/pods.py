@@ -8,6 +8,7 @@ namespaces (the garbage collector would take the owner for gone and delete the p
 there the owner is a label and the reaper also deletes the pods of env servers that are gone.
 Every call here is one the chart's sandbox-manager Roles grant (create/get/list/watch/delete
 pods) and nothing more: the chart tests replay this code against an API emulator and compare.
+Each goes through ``ApiCalls``: counted, retried on 429 and 5xx with back-off, creates paced.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rlstack.common.trial_keys import agent_env  # noqa: F401 - where sandboxes find the proxy
+from rlstack.episodes.sandboxes.api_calls import ApiCalls
+from rlstack.episodes.sandboxes.pod_watch import PodGone
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ OWNER_UID_LABEL = "rlstack.dev/owner-uid"
 OWNER_NAME_ANNOTATION = "rlstack.dev/owner-name"
 
 
-class SandboxGone(RuntimeError):
+class SandboxGone(PodGone, RuntimeError):
     """The sandbox pod was deleted (by the reaper, a user or node loss) before it finished."""
 
 
@@ -77,6 +80,8 @@ class SandboxSpec(BaseModel):
     (``SandboxPodSecurity.identity``). uid 0 gets the root profile (``root_context``)."""
     writable_root: bool = False
     """A task's image: the agent may change anything in it (``/etc``, installed packages)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Beside the manager's own (a warm pool's pod: its pool)."""
 
 
 class SandboxPodSecurity(BaseSettings):
@@ -144,7 +149,8 @@ class SandboxManager:
     def __init__(self, client: AsyncClient, namespace: str, run: str, *, run_label: str = "harbor-run",
                  trial_label: str = "harbor-trial", owner: SandboxOwner | None = None,
                  ttl_seconds: float = 7200, finished_grace_seconds: float = 300,
-                 pod_security: SandboxPodSecurity | None = None, placement: SandboxPlacement | None = None) -> None:
+                 pod_security: SandboxPodSecurity | None = None, placement: SandboxPlacement | None = None,
+                 api_calls: ApiCalls | None = None) -> None:
         if not re.match(LABEL_VALUE, run):
             raise ValueError(f"run {run!r} is not a valid label value")
         self.client, self.namespace, self.run = client, namespace, run
@@ -155,6 +161,8 @@ class SandboxManager:
         self.cross_namespace = owner is not None and self.owner_namespace not in (None, namespace)
         """Sandboxes in another namespace than their env server: owned through a label."""
         self.ttl_seconds, self.finished_grace_seconds = ttl_seconds, finished_grace_seconds
+        self.api = api_calls or ApiCalls()
+        """Every request below goes through it: counted, retried on 429/5xx, creates paced."""
 
     def pod_name(self, trial: str) -> str:
         """Deterministic, so a retried launch finds its pod instead of starting a second one."""
@@ -166,7 +174,7 @@ class SandboxManager:
 
     def manifest(self, spec: SandboxSpec) -> dict:
         meta: dict = {"name": self.pod_name(spec.trial), "namespace": self.namespace,
-                      "labels": {self.run_label: self.run, self.trial_label: spec.trial,
+                      "labels": {**spec.labels, self.run_label: self.run, self.trial_label: spec.trial,
                                  "app.kubernetes.io/component": "sandbox", "app.kubernetes.io/managed-by": "rlstack"}}
         if self.cross_namespace:
             meta["labels"][OWNER_UID_LABEL] = self.owner.uid
@@ -226,12 +234,12 @@ class SandboxManager:
     async def launch(self, spec: SandboxSpec) -> str:
         pod = Pod.from_dict(self.manifest(spec))
         try:
-            await self.client.create(pod, namespace=self.namespace)
+            await self.api.call("create", lambda: self.client.create(pod, namespace=self.namespace))
             log.info("sandbox %s created for trial %s", pod.metadata.name, spec.trial)
         except ApiError as exc:
-            if exc.status.code != 409:
+            if exc.status.code != 409:  # 409: an earlier attempt landed (its answer lost), or a retried launch
                 raise
-            existing = await self.client.get(Pod, pod.metadata.name, namespace=self.namespace)
+            existing = await self.api.call("get", lambda: self.client.get(Pod, pod.metadata.name, namespace=self.namespace))
             if (existing.metadata.labels or {}).get(self.trial_label) != spec.trial:
                 raise
             log.info("sandbox %s already exists; reusing it", pod.metadata.name)
@@ -259,7 +267,7 @@ class SandboxManager:
 
     async def delete(self, name: str) -> bool:
         try:
-            await self.client.delete(Pod, name, namespace=self.namespace)
+            await self.api.call("delete", lambda: self.client.delete(Pod, name, namespace=self.namespace))
             return True
         except ApiError as exc:
             if exc.status.code == 404:
@@ -267,7 +275,10 @@ class SandboxManager:
             raise
 
     async def list(self) -> list[Pod]:
-        pods = [p async for p in self.client.list(Pod, namespace=self.namespace, labels={self.run_label: self.run})]
+        async def listed() -> list[Pod]:
+            return [p async for p in self.client.list(Pod, namespace=self.namespace, labels={self.run_label: self.run})]
+
+        pods = await self.api.call("list", listed)
         if self.owner is None:
             return pods
         return [p for p in pods if owner_uid(p) == self.owner.uid]

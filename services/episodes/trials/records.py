@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -137,6 +138,10 @@ class TrialResult(BaseModel):
     sandbox: str
     image: str | None = None
     """The task image both phases ran in (reference with its digest); None: the host's tools (or no sandbox)."""
+    sandbox_start: Literal["warm", "cold"] | None = None
+    """A pod's: claimed from the warm pool, or created for this trial; None: a local sandbox."""
+    start_seconds: float | None = None
+    """From the trial's start to the agent's first instruction (the sandbox's start, a claim's latency)."""
     task: TaskRecord
     agent: AgentRecord
     verifier: VerifierRecord

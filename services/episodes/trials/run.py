@@ -81,7 +81,8 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
     except Exception as exc:  # a bug in a backend must not take the env server down, nor score 0
         log.exception("trial %s/%s: sandbox raised", spec.run, spec.trial)
         return _finish(paths, result, error=f"{type(exc).__name__}: {exc}")
-    result.image = outcome.image
+    result.image, result.sandbox_start = outcome.image, outcome.start
+    result.start_seconds = round((outcome.agent.started_at - result.started_at).total_seconds(), 4)
     result.agent.run = _record(outcome.agent, agent_timeout)
     result.verifier.run = _record(outcome.verifier, verifier_timeout)
     return _finish(paths, result, **_judge(outcome.agent, outcome.verifier, paths, result.verifier, verifier_timeout))

@@ -25,6 +25,19 @@ def test_sandboxes_stuck_pending_or_left_behind_are_named():
     assert not leaked.ok and "c" in leaked.remedy and "reaper" in leaked.remedy
 
 
+def test_a_sandbox_whose_image_cannot_be_pulled_is_named_with_the_fix():
+    now = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
+    waiting = Pod.from_dict({"metadata": {"name": "w", "creationTimestamp": "2027-01-15T07:59:50Z",
+                                          "labels": {"rlstack.dev/pool": "k"}},
+                             "spec": {"containers": [{"name": "trial", "image": "reg/rlstack-task/x@sha256:0"}]},
+                             "status": {"phase": "Pending", "containerStatuses": [
+                                 {"name": "trial", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+                                  "state": {"waiting": {"reason": "ImagePullBackOff", "message": "manifest unknown"}}}]}})
+    check = judge_sandboxes([waiting], 600, 900, now)  # seconds old: not stuck yet, but the pull has failed
+    assert not check.ok and "reg/rlstack-task/x@sha256:0" in check.remedy and "ImagePullBackOff" in check.remedy
+    assert "1 warm" in check.detail
+
+
 def test_a_dead_service_reads_as_connection_refused():
     with httpx.Client(timeout=2) as client:
         check = check_batcher(DoctorConfig(batcher_url="http://127.0.0.1:9"), client)

@@ -1,0 +1,228 @@
+"""A trial's start at RL concurrency: warm pods claimed from the pool against pods created per trial
+(cold) against the local backend, in bursts of trials started at once.
+
+Needs a cluster (``$KUBECONFIG``), a namespace, a ReadWriteMany claim there whose volume this host
+also sees as a directory (``--claim-dir``), the agent bundle image and the dataset's task images on
+the node (``bench/trial_pods.py`` says how). The env side runs here as an env server runs it: the
+real ``KubernetesSandbox`` (its shared pod watch, its warm pool) against the real API server.
+
+For each burst size B (``--bursts 16,64,128``), all on the first task of ``--dataset`` with an agent
+that does nothing (``true``), so what is measured is the sandbox:
+
+- cold: B trials at once, each creating its pod;
+- warm: the pool filled with B pods of the task's image (``expect``), then B trials at once, each
+  claiming one;
+- local: B trials at once in the local backend (bubblewrap over the same image's layers), here.
+
+A start is a trial's ``start_seconds``: from the trial's start to its agent's first instruction
+(the driver's clock in the pod, this host's for the trial; one host here). Prints p50/p99 per cell,
+warm/cold ratios, the most pods in flight at once, API requests per trial (the sandbox's own
+count) and, with ``--apiserver-pid``, the API server's CPU seconds per trial. Writes the figures
+(``--out``, JSON) and a plot (``--plot``, PNG). Exits 1 when a trial is not ``ok``.
+
+    KUBECONFIG=... python bench/sandbox_claims.py --namespace rl-trials --claim trials \\
+        --claim-dir /srv/pv-0 --bundle-image REF --dataset examples/image-tasks --pod-security baseline \\
+        --bursts 16,64,128 [--apiserver-pid PID] [--out docs/data/sandbox-claims.json --plot claims.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.table import Table
+
+from rlstack.episodes.harbor.dataset import load_dataset
+from rlstack.episodes.sandboxes import (
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    WarmPoolConfig,
+    build_sandbox,
+)
+from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxPodSecurity
+from rlstack.episodes.trials import AgentSpec, TrialSpec, run_trial
+from rlstack.kube.connection import connect
+
+console = Console(stderr=True)
+NOTHING = AgentSpec(name="true", command=["true"])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def api_requests(registry: CollectorRegistry) -> float:
+    return sum(s.value for m in registry.collect() if m.name == "rlstack_sandbox_api_requests"
+               for s in m.samples if s.name.endswith("_total"))
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def kube_box(args: argparse.Namespace, run: str, pool: int, registry: CollectorRegistry):  # noqa: ANN201
+    manager = SandboxManager(connect(None, args.namespace), args.namespace, run,
+                             pod_security=SandboxPodSecurity(level=args.pod_security, cpu_request="10m", memory_request="32Mi"))
+    config = KubernetesSandboxConfig(bundle_image=args.bundle_image, claim_name=args.claim, trials_dir=args.claim_dir / "trials",
+                                     trials_subpath="trials", image_lock=args.lock, image_pull_policy=args.pull_policy,
+                                     pool=WarmPoolConfig(max_total=pool, max_per_image=max(pool, 1)))
+    return build_sandbox(config, manager, registry)
+
+
+async def burst(box, task, run: str, trials_dir: Path, size: int) -> tuple[list, int]:  # noqa: ANN001
+    """``size`` trials at once; the results and the most of the run's pods running at once."""
+    specs = [TrialSpec(run=run, trial=f"t{i}", task=task, agent=NOTHING) for i in range(size)]
+    peak, done = 0, asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            watch = getattr(box, "watch", None)
+            if watch is not None:
+                peak = max(peak, sum(1 for p in watch.pods() if p.status and p.status.phase == "Running"))
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        results = await asyncio.gather(*(run_trial(s, box, trials_dir) for s in specs))
+    finally:
+        done.set()
+        await sampler
+    return results, peak
+
+
+async def cell(args: argparse.Namespace, task, mode: str, size: int) -> dict:  # noqa: ANN001
+    run = f"claims-{mode}-{size}-{uuid.uuid4().hex[:4]}"
+    registry = CollectorRegistry()
+    if mode == "local":
+        box = build_sandbox(LocalSandboxConfig(image_lock=args.lock))
+        trials_dir = args.local_dir
+        box.prepare([task])
+    else:
+        box = kube_box(args, run, size if mode == "warm" else 0, registry)
+        trials_dir = args.claim_dir / "trials"
+        refused = box.prepare([task])
+        if refused:
+            raise SystemExit("\n".join(refused.values()))
+    fill = None
+    if mode == "warm":
+        began = time.monotonic()
+        await box.expect([task], size)
+        while sum(p.ready for p in box.pool.pods.values()) < size:
+            await asyncio.sleep(0.2)
+        fill = round(time.monotonic() - began, 1)
+        await asyncio.sleep(2)  # the fill's own API traffic settled
+    requests_before, cpu_before = api_requests(registry), cpu_seconds(args.apiserver_pid if mode != "local" else None)
+    began = time.monotonic()
+    results, peak = await burst(box, task, run, trials_dir, size)
+    wall = time.monotonic() - began
+    if mode == "warm":
+        box.pool.expect({})  # no refill after the burst: the next cell measures on a quiet node
+    await box.close()
+    starts = [r.start_seconds for r in results if r.status.value == "ok" and r.start_seconds is not None]
+    bad = [f"{r.trial}: {r.status.value} {r.error}" for r in results if r.status.value != "ok"]
+    warm = sum(1 for r in results if r.sandbox_start == "warm")
+    out = {"mode": mode, "burst": size, "ok": len(starts), "not_ok": bad[:5], "n_not_ok": len(bad), "wall_s": round(wall, 1),
+           "p50_s": round(statistics.median(starts), 3) if starts else None,
+           "p99_s": round(pct(starts, 0.99), 3) if starts else None, "max_s": round(max(starts), 3) if starts else None,
+           "claimed_warm": warm, "pods_running_peak": peak, "pool_fill_s": fill}
+    if mode != "local":
+        out["api_requests_per_trial"] = round((api_requests(registry) - requests_before) / size, 2)
+        if args.apiserver_pid:
+            out["apiserver_cpu_ms_per_trial"] = round(1000 * (cpu_seconds(args.apiserver_pid) - cpu_before) / size, 1)
+    return out
+
+
+def warm_over_cold(cells: list[dict], c: dict, q: str) -> str:
+    cold = next((x for x in cells if x["mode"] == "cold" and x["burst"] == c["burst"]), None)
+    return f"{c[q] / cold[q]:.3f}" if c["mode"] == "warm" and cold and cold[q] and c[q] else ""
+
+
+def plot(cells: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bursts = sorted({c["burst"] for c in cells})
+    modes = [m for m in ("warm", "cold", "local") if any(c["mode"] == m for c in cells)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    width = 0.8 / len(modes)
+    for ax, q in zip(axes, ("p50_s", "p99_s"), strict=True):
+        for n, mode in enumerate(modes):
+            values = [next((c[q] for c in cells if c["mode"] == mode and c["burst"] == b), None) or 0 for b in bursts]
+            ax.bar([i + n * width for i in range(len(bursts))], values, width, label=mode)
+        ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks([i + width * (len(modes) - 1) / 2 for i in range(len(bursts))], [f"burst {b}" for b in bursts])
+        ax.set_yscale("log")
+        ax.set_title(f"trial start to the agent's first instruction, {q[:3]}")
+    axes[0].set_ylabel("seconds (log; dashed: 0.5 s)")
+    axes[0].legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+async def main_async(args: argparse.Namespace) -> list[dict]:
+    task = load_dataset(args.dataset).tasks[0]
+    cells = []
+    with console.status("") as status:
+        for size in args.bursts:
+            for mode in args.modes:
+                status.update(f"burst {size}: {mode}")
+                cells.append(await cell(args, task, mode, size))
+                console.print(cells[-1])
+    return cells
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--claim", required=True, help="a ReadWriteMany claim in the namespace")
+    parser.add_argument("--claim-dir", type=Path, required=True, help="that claim's volume as this host sees it")
+    parser.add_argument("--bundle-image", required=True)
+    parser.add_argument("--dataset", type=Path, default=Path("examples/image-tasks"))
+    parser.add_argument("--lock", type=Path, default=None, help="default: the dataset's images.lock.json")
+    parser.add_argument("--pod-security", choices=["restricted", "baseline"], default="baseline")
+    parser.add_argument("--pull-policy", choices=["IfNotPresent", "Always", "Never"], default="IfNotPresent")
+    parser.add_argument("--bursts", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 128])
+    parser.add_argument("--modes", type=lambda s: s.split(","), default=["warm", "cold", "local"])
+    parser.add_argument("--local-dir", type=Path, default=Path("/tmp/rlstack-claims-local"))
+    parser.add_argument("--apiserver-pid", type=int, default=None, help="the kube-apiserver's pid on this host")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    cells = asyncio.run(main_async(args))
+    table = Table(title="trial start to the agent's first instruction (an agent that does nothing)")
+    for column in ("burst", "mode", "ok", "p50 s", "p99 s", "warm/cold p50", "warm/cold p99", "pods running (peak)",
+                   "API requests/trial", "API server CPU ms/trial"):
+        table.add_column(column)
+    for c in cells:
+        table.add_row(str(c["burst"]), c["mode"], f"{c['ok']}/{c['burst']}", f"{c['p50_s']}", f"{c['p99_s']}",
+                      warm_over_cold(cells, c, "p50_s"), warm_over_cold(cells, c, "p99_s"), str(c["pods_running_peak"]),
+                      str(c.get("api_requests_per_trial", "")),
+                      str(c.get("apiserver_cpu_ms_per_trial", "")))
+    console.print(table)
+    if args.out:
+        args.out.write_text(json.dumps({"cells": cells, "dataset": str(args.dataset)}, indent=1) + "\n")
+    if args.plot:
+        plot(cells, args.plot)
+    print(json.dumps(cells))
+    return 1 if any(c["n_not_ok"] for c in cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

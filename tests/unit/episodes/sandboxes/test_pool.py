@@ -1,0 +1,70 @@
+"""The warm pool's bookkeeping without a cluster: targets from the next groups' demand under both
+caps, and an image that cannot be pulled taking its image out of the pool (the pods' own life,
+claims and replacement run against the API emulator in tests/k8s/test_warm_pool.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+from lightkube.models.core_v1 import (
+    ContainerState,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodStatus,
+)
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+
+from rlstack.episodes.sandboxes import WarmPoolConfig
+from rlstack.episodes.sandboxes.pool import POOL_LABEL, PoolKey, WarmPod, WarmPool
+
+
+class CacheOnly:
+    """The pool's view of the cluster for bookkeeping tests: a pod cache, no API server."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Pod] = {}
+
+    def get(self, name: str) -> Pod | None:
+        return self.pods.get(name)
+
+    def subscribe(self, callback) -> None:  # noqa: ANN001
+        pass
+
+
+def key(image: str) -> PoolKey:
+    return PoolKey(image=f"reg/rlstack-task/{image}@sha256:0", user="0:0", cpu="1", memory="2Gi", agents=())
+
+
+def test_targets_follow_the_next_groups_under_both_caps():
+    pool = WarmPool(None, CacheOnly(), WarmPoolConfig(max_total=10, max_per_image=4), None, lambda name: Path("/nonexistent"))
+    pool._wake = asyncio.Event()
+    pool.expect(Counter({key("a"): 8, key("b"): 4, key("c"): 2, key("d"): 2}))
+    assert pool.targets == {key("a"): 4, key("b"): 4, key("c"): 2}  # a capped at 4; d past the total of 10
+    pool.broken[key("a")] = "ErrImagePull"
+    pool.expect(Counter({key("a"): 8, key("d"): 2}))
+    assert pool.targets == {key("d"): 2}  # an image that cannot be pulled gets no warm pods
+
+
+def test_a_pod_whose_image_cannot_be_pulled_stops_its_images_pool():
+    async def go():  # noqa: ANN202
+        pool = WarmPool(None, CacheOnly(), WarmPoolConfig(max_total=4), None, lambda name: Path("/nonexistent"))
+        pool._drop = lambda name, delete: asyncio.sleep(0)  # noqa: ARG005 - no API server here
+        pool.pods["p1"] = WarmPod(name="p1", key=key("a"))
+        pool.targets[key("a")] = 4
+        waiting = ContainerState(waiting=ContainerStateWaiting(reason="ImagePullBackOff", message="not found"))
+        pod = Pod(metadata=ObjectMeta(name="p1", labels={POOL_LABEL: key("a").digest}),
+                  status=PodStatus(phase="Pending", containerStatuses=[
+                      ContainerStatus(name="trial", image="x", imageID="", ready=False, restartCount=0, state=waiting)]))
+        pool._on_event("MODIFIED", pod)
+        await asyncio.sleep(0)
+        return pool
+
+    pool = asyncio.run(go())
+    assert key("a") in pool.broken and "ImagePullBackOff" in pool.broken[key("a")]
+    assert key("a") not in pool.targets
+    assert pool.metrics.pull_failures.labels("a")._value.get() == 1
+
+
