@@ -61,8 +61,9 @@ def claim():  # noqa: ANN201
 def pooled(api, trials: Path, owner_uid: str = "u-0", registry: CollectorRegistry | None = None, **pool):  # noqa: ANN001, ANN003, ANN201
     manager = SandboxManager(connect(api.url, NS), NS, RUN, owner=SandboxOwner(name="env-0", uid=owner_uid),
                              pod_security=SandboxPodSecurity(level="baseline"))
-    config = KubernetesSandboxConfig(bundle_image=bundle_image_ref(BUNDLE), claim_name="shared", trials_dir=trials,
-                                     trials_subpath="trials", python=sys.executable, image_pull_policy="Never",
+    # The bundle as an image volume: no copy per pod (the copy's path: test_trials_in_task_images_in_pods.py).
+    config = KubernetesSandboxConfig(bundle_image=bundle_image_ref(BUNDLE), bundle_source="volume", claim_name="shared",
+                                     trials_dir=trials, trials_subpath="trials", python=sys.executable, image_pull_policy="Never",
                                      kill_grace_sec=0.5, pool=WarmPoolConfig(**{"max_total": 4, "max_per_image": 4, **pool}))
     return build_sandbox(config, manager, registry)
 
@@ -78,17 +79,22 @@ def ready(box, n: int) -> bool:  # noqa: ANN001
     return box.pool is not None and sum(p.ready for p in box.pool.pods.values()) >= n
 
 
-def test_claimed_warm_pods_run_each_trial_once_and_score_it(images, kube_api, claim):
+def test_claimed_warm_pods_run_each_trial_once_score_it_and_hold_off_an_attacker(images, kube_api, claim):
+    """Three warm pods of one task, three trials claiming them at once: the reference solution scores
+    1, doing nothing 0, and an agent attacking its pod from inside (the cold pod's attack in
+    test_trials_in_task_images_in_pods.py) 0: the pod waited with nothing of the trial in it, the
+    tests were gone before the agent started, and what it planted changed nothing."""
     trials = claim / "trials"
     registry = CollectorRegistry()
     box = pooled(kube_api, trials, registry=registry)
-    task = HarborTask.load(IMAGE_TASKS / "jq-field")
+    task = HarborTask.load(IMAGE_TASKS / "secret-outside-app")
     assert box.prepare([task]) == {}
-    specs = [TrialSpec(run=RUN, trial=f"w-{a.name}", task=task, agent=a) for a in (AgentSpec.oracle(), AgentSpec.nop())]
+    agents = (AgentSpec.oracle(), AgentSpec.nop(), sh(ATTACK))
+    specs = [TrialSpec(run=RUN, trial=f"w-{a.name}", task=task, agent=a) for a in agents]
 
     async def go():  # noqa: ANN202
-        await box.expect([task], 2)
-        await until(lambda: ready(box, 2))
+        await box.expect([task], 3)
+        await until(lambda: ready(box, 3))
         warm = set(box.pool.pods)
         results = await asyncio.gather(*(run_trial(s, box, trials) for s in specs))
         await box.close()
@@ -102,9 +108,15 @@ def test_claimed_warm_pods_run_each_trial_once_and_score_it(images, kube_api, cl
         assert result.sandbox_start == "warm" and result.start_seconds is not None
         assert (trials / RUN / spec.trial / "agent" / "instruction.md").exists()  # moved back from the pod's directory
     assert warm <= set(kubelet.started)  # the trials ran in the pods started ahead, not in new ones
-    assert len(kubelet.started) == len(warm) + 2  # ... and the pool refilled the two it gave out
+    assert len(kubelet.started) == len(warm) + 3  # ... and the pool refilled the three it gave out
+    agent_dir = trials / RUN / "w-sh" / "agent"
+    seen = (agent_dir / "seen.txt").read_text()
+    assert "test.sh" not in seen and "solve.sh" not in seen and "plan.json" in seen
+    assert "denied" in (agent_dir / "environ.txt").read_text()
+    assert not (agent_dir / "phase.json").is_symlink()
+    assert (trials / RUN / "w-sh" / "verifier" / "reward.txt").read_text().strip() == "0"
     assert kube_api.pods == {} and not any((trials / POOL_DIR).iterdir())
-    assert box.metrics.claims.labels("warm")._value.get() == 2 and box.metrics.claims.labels("cold")._value.get() == 0
+    assert box.metrics.claims.labels("warm")._value.get() == 3 and box.metrics.claims.labels("cold")._value.get() == 0
     # what the sandboxes dashboard queries, this sandbox exports (the pool's, the claims', the API calls')
     exported = exported_names(generate_latest(registry).decode())
     queried = {m for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"] for m in METRIC.findall(t["expr"])}
@@ -192,33 +204,6 @@ def test_a_restarted_env_server_deletes_the_pool_its_predecessor_left(images, ku
         orphans = asyncio.run(first())
         assert {name for (_, name) in kube_api.pods} == orphans
         assert asyncio.run(second()) == set()
-    assert kube_api.pods == {} and not any((trials / POOL_DIR).iterdir())
-
-
-def test_an_agent_in_a_warm_pod_cannot_see_the_tests_or_plant_a_reward(images, kube_api, claim):
-    """The attack of the cold pod's test, from inside a claimed warm pod: the pod waited with nothing of
-    the trial in it, and the claim changes nothing of what the agent can reach."""
-    trials = claim / "trials"
-    box = pooled(kube_api, trials)
-    task = HarborTask.load(IMAGE_TASKS / "secret-outside-app")
-    assert box.prepare([task]) == {}
-
-    async def go():  # noqa: ANN202
-        await box.expect([task], 1)
-        await until(lambda: ready(box, 1))
-        result = await run_trial(TrialSpec(run=RUN, trial="w-attack", task=task, agent=sh(ATTACK)), box, trials)
-        await box.close()
-        return result
-
-    with FakeKubelet(kube_api, claim, NS) as kubelet:
-        result = asyncio.run(go())
-    assert (result.status, result.reward, result.sandbox_start) == (TrialStatus.OK, 0.0, "warm"), (result.error, kubelet.output)
-    agent_dir = trials / RUN / "w-attack" / "agent"
-    seen = (agent_dir / "seen.txt").read_text()
-    assert "test.sh" not in seen and "solve.sh" not in seen and "plan.json" in seen
-    assert "denied" in (agent_dir / "environ.txt").read_text()
-    assert not (agent_dir / "phase.json").is_symlink() and result.agent.run.exit_code == 0
-    assert (trials / RUN / "w-attack" / "verifier" / "reward.txt").read_text().strip() == "0"
     assert kube_api.pods == {} and not any((trials / POOL_DIR).iterdir())
 
 
