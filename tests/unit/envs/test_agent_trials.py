@@ -109,3 +109,31 @@ def test_new_groups_wait_while_the_policy_would_run_too_far_ahead():
         return held
 
     assert asyncio.run(scenario())
+
+
+class ExpectingSandbox(UnusedSandbox):
+    """Records what the env tells a sandbox with a warm pool before each group; its trials fail
+    (an infra error each), which drops the group after its retries."""
+
+    def __init__(self) -> None:
+        self.expected: list[tuple[list[str], int]] = []
+
+    async def expect(self, tasks, trials_each: int) -> None:  # noqa: ANN001
+        self.expected.append(([t.short_name for t in tasks], trials_each))
+
+    async def run(self, job):  # noqa: ANN001, ANN201
+        raise RuntimeError("no sandbox here")
+
+
+def test_before_each_group_the_sandbox_hears_the_next_groups_tasks(tmp_path):
+    s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=3,
+                    workers=2, trials_dir=tmp_path / "trials", trial_retries=0, trial_key_secret="k" * 32)
+    registry = CollectorRegistry()
+    box = ExpectingSandbox()
+    r = AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=box)
+    first = next(r.problems)
+    upcoming = [t.short_name for t in r.problems.peek()]
+    with pytest.raises(GroupDropped):
+        asyncio.run(r.rollout(first, "w0"))
+    assert box.expected == [(upcoming, 3)] and len(upcoming) == 2  # the next `workers` groups, group_size each
+    assert [t.short_name for t in r.problems.peek()] == upcoming  # peeking drew nothing
