@@ -294,8 +294,8 @@ class KubernetesSandbox:
             raise SandboxError(f"kubernetes sandbox: cannot stage the task on the trials volume: {exc}") from exc
 
     def _stage_claim(self, job: SandboxJob, trial_dir: Path, pod_dir: Path) -> None:
-        """A claim: the trial's tests, solution and plan into the warm pod's stage, then ``claim``
-        (written whole, then renamed), which starts the driver."""
+        """A claim: the trial's tests, solution and plan into the warm pod's stage, then the trial's
+        id into ``claim`` (there, empty, since the pod's creation), which starts the driver."""
         stage = pod_dir / STAGE
         try:
             if job.mount_solution and job.task.solution_dir is None:
@@ -310,8 +310,8 @@ class KubernetesSandbox:
             (stage / PLAN).write_text(self._plan(job).model_dump_json())
             for directory in [p for p in stage.rglob("*") if p.is_dir()]:
                 os.chmod(directory, 0o777)  # noqa: S103 - the pod's user empties the stage
-            (stage / f"{CLAIM}.tmp").write_text(job.trial)
-            os.rename(stage / f"{CLAIM}.tmp", stage / CLAIM)
+            with open(stage / CLAIM, "r+b") as claim:  # the file the driver opens, written in place (NFS)
+                claim.write(f"{job.trial}\n".encode())
         except OSError as exc:
             raise SandboxError(f"kubernetes sandbox: cannot stage the claim on the trials volume: {exc}") from exc
 

@@ -268,12 +268,14 @@ class WarmPool:
 
 def _make_pod_dir(directory: Path) -> None:
     """The pod's logs and stage, open to its user (an image's own, or root) before it mounts them."""
+    from rlstack.episodes.inside.trial import CLAIM
     from rlstack.episodes.sandboxes.kubernetes import STAGE
 
     for sub in ("agent", "verifier", STAGE):
         (directory / sub).mkdir(parents=True, exist_ok=True)
     for path in (directory, *(directory / sub for sub in ("agent", "verifier", STAGE))):
         path.chmod(0o777)  # noqa: S103 - the pod's user writes its logs and empties its stage
+    (directory / STAGE / CLAIM).touch()  # the driver opens it until the claim writes a line in it
 
 
 def _main_running(pod: Pod) -> bool:
