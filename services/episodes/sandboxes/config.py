@@ -84,6 +84,9 @@ class WarmPoolConfig(BaseModel):
     claim_margin_seconds: float = Field(default=60, ge=0)
     trim_after_seconds: float = Field(default=120, ge=0)
     """A warm pod beyond what the next groups need is deleted after idling this long."""
+    ready_timeout_seconds: float = Field(default=300, gt=0)
+    """A warm pod not running this long after its creation (no room on a node, a pod sandbox that
+    cannot be made, an image still pulling) is deleted, counted as lost, and replaced."""
     trial_seconds: int = Field(default=3600, ge=1)
     """The longest trial a warm pod is given after its claim (its activeDeadlineSeconds is
     ``idle_seconds`` + this)."""

@@ -9,8 +9,9 @@ within its poll and starts the agent. A pod serves one trial and is deleted afte
 
 Sizes follow demand: the env server names the tasks of its next groups (``expect``), and each
 image's target is the trials those groups will start, capped per image and in total. Pods beyond
-the target are deleted once idle for ``trim_after_seconds``. A pod that dies, is evicted or
-cannot pull its image before its claim is dropped and never handed out; an image that cannot be
+the target are deleted once idle for ``trim_after_seconds``. A pod that dies, is evicted, cannot
+pull its image or is not running ``ready_timeout_seconds`` after its creation is dropped and never
+handed out; an image that cannot be
 pulled stops its pool (logged, counted) and its trials start cold. A restarted env server
 deletes the pool pods its predecessor owned before it starts any (``start``).
 """
@@ -209,6 +210,12 @@ class WarmPool:
 
     async def _reconcile(self) -> None:
         now = time.monotonic()
+        stuck = [p for p in self.pods.values() if not p.ready and now - p.created > self.config.ready_timeout_seconds]
+        for pod in stuck:
+            log.warning("warm pool: pod %s not running %.0fs after its creation (no room, no pod sandbox, a pull?): "
+                        "replacing it", pod.name, now - pod.created)
+            self.metrics.lost.labels(pod.key.image_name).inc()
+            await self._drop(pod.name, delete=True)
         have = Counter(p.key for p in self.pods.values())
         expired = [p.name for p in self.pods.values() if now - p.created > self.config.idle_seconds - self.config.claim_margin_seconds]
         surplus = []

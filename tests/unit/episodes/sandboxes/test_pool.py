@@ -5,6 +5,7 @@ claims and replacement run against the API emulator in tests/k8s/test_warm_pool.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -68,3 +69,26 @@ def test_a_pod_whose_image_cannot_be_pulled_stops_its_images_pool():
     assert pool.metrics.pull_failures.labels("a")._value.get() == 1
 
 
+
+
+def test_a_pod_never_running_is_replaced_after_its_ready_timeout():
+    """A pod Pending for good (no room, a pod sandbox the runtime cannot make) must not hold its
+    place in the pool: dropped, counted as lost, and the next round creates another."""
+    async def go():  # noqa: ANN202
+        pool = WarmPool(None, CacheOnly(), WarmPoolConfig(max_total=4, ready_timeout_seconds=60), None,
+                        lambda name: Path("/nonexistent"))
+        dropped = []
+
+        async def drop(name, delete):  # noqa: ANN001, ANN202 - no API server here
+            dropped.append(name)
+            pool.pods.pop(name, None)
+
+        pool._drop = drop
+        pool.pods["young"] = WarmPod(name="young", key=key("a"))
+        pool.pods["old"] = WarmPod(name="old", key=key("a"), created=time.monotonic() - 120)
+        await pool._reconcile()
+        return pool, dropped
+
+    pool, dropped = asyncio.run(go())
+    assert dropped == ["old"] and set(pool.pods) == {"young"}
+    assert pool.metrics.lost.labels("a")._value.get() == 1
