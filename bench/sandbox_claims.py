@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -130,7 +131,7 @@ async def cell(args: argparse.Namespace, task, mode: str, size: int) -> dict:  #
     results, peak = await burst(box, task, run, trials_dir, size)
     wall = time.monotonic() - began
     if mode == "warm":
-        box.pool.expect({})  # no refill after the burst: the next cell measures on a quiet node
+        box.pool.expect(Counter())  # no refill after the burst: the next cell measures on a quiet node
     await box.close()
     starts = [r.start_seconds for r in results if r.status.value == "ok" and r.start_seconds is not None]
     bad = [f"{r.trial}: {r.status.value} {r.error}" for r in results if r.status.value != "ok"]
