@@ -119,20 +119,25 @@ async def cell(args: argparse.Namespace, task, mode: str, size: int) -> dict:  #
         if refused:
             raise SystemExit("\n".join(refused.values()))
     fill = None
-    if mode == "warm":
+    try:
+        if mode == "warm":
+            began = time.monotonic()
+            await box.expect([task], size)
+            while sum(p.ready for p in box.pool.pods.values()) < size:
+                if time.monotonic() - began > args.fill_timeout:
+                    raise SystemExit(f"the pool did not fill {size} pods in {args.fill_timeout:.0f}s "
+                                     "(kubectl get pods; describe a Pending one)")
+                await asyncio.sleep(0.2)
+            fill = round(time.monotonic() - began, 1)
+            await asyncio.sleep(2)  # the fill's own API traffic settled
+        requests_before, cpu_before = api_requests(registry), cpu_seconds(args.apiserver_pid if mode != "local" else None)
         began = time.monotonic()
-        await box.expect([task], size)
-        while sum(p.ready for p in box.pool.pods.values()) < size:
-            await asyncio.sleep(0.2)
-        fill = round(time.monotonic() - began, 1)
-        await asyncio.sleep(2)  # the fill's own API traffic settled
-    requests_before, cpu_before = api_requests(registry), cpu_seconds(args.apiserver_pid if mode != "local" else None)
-    began = time.monotonic()
-    results, peak = await burst(box, task, run, trials_dir, size)
-    wall = time.monotonic() - began
-    if mode == "warm":
-        box.pool.expect(Counter())  # no refill after the burst: the next cell measures on a quiet node
-    await box.close()
+        results, peak = await burst(box, task, run, trials_dir, size)
+        wall = time.monotonic() - began
+        if mode == "warm":
+            box.pool.expect(Counter())  # no refill after the burst: the next cell measures on a quiet node
+    finally:
+        await box.close()  # the pool's pods too, whatever happened
     starts = [r.start_seconds for r in results if r.status.value == "ok" and r.start_seconds is not None]
     bad = [f"{r.trial}: {r.status.value} {r.error}" for r in results if r.status.value != "ok"]
     warm = sum(1 for r in results if r.sandbox_start == "warm")
@@ -203,6 +208,7 @@ def main() -> int:
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["warm", "cold", "local"])
     parser.add_argument("--local-dir", type=Path, default=Path("/tmp/rlstack-claims-local"))
     parser.add_argument("--apiserver-pid", type=int, default=None, help="the kube-apiserver's pid on this host")
+    parser.add_argument("--fill-timeout", type=float, default=600.0, help="seconds the warm pool may take to fill")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()

@@ -46,6 +46,8 @@ POOL_LABEL = "rlstack.dev/pool"
 POOL_DIR = ".pool"
 """Inside the trials directory: one directory per warm pod (its logs and stage until claimed)."""
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+CLOSE_WAIT_SECONDS = 10.0
+ORPHAN_AFTER_SECONDS = 60.0
 MAIN_CONTAINER = "trial"
 
 
@@ -118,19 +120,21 @@ class WarmPool:
         self.broken: dict[PoolKey, str] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._creating = 0
+        self._deleting: set[str] = set()
+        """Dropped pods whose DELETED has not come yet: their directories go with it."""
 
     async def start(self) -> None:
         """Delete what a predecessor of this env server left (unclaimed or mid-trial: its trials were
         abandoned with it), then start the loop."""
+        self.watch.subscribe(self._on_event)
         left = [p.metadata.name for p in await self.manager.list() if POOL_LABEL in (p.metadata.labels or {})]
         for name in left:
+            self._deleting.add(name)
             with contextlib.suppress(Exception):
                 await self.manager.delete(name)
-            shutil.rmtree(self.pod_dir(name), ignore_errors=True)
         if left:
             log.info("warm pool: deleted %d pod(s) a previous env server left", len(left))
-        self.watch.subscribe(self._on_event)
+        await asyncio.to_thread(self._remove_orphan_dirs)
         self._task = asyncio.create_task(self._loop(), name="warm pool")
 
     async def close(self) -> None:
@@ -140,6 +144,20 @@ class WarmPool:
                 await self._task
         for name in list(self.pods):
             await self._drop(name, delete=True)
+        deadline = time.monotonic() + CLOSE_WAIT_SECONDS  # their directories go as the watch sees them go
+        while self._deleting and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+
+    def _remove_orphan_dirs(self) -> None:
+        """This run's pool directories with no pod (a server killed while deleting), older than a
+        minute: a younger one may be a pod another env server of the run is creating now."""
+        root = self.pod_dir("x").parent
+        prefix = self.manager.pod_name("w").rsplit("-", 1)[0] + "-w"
+        live = {p.metadata.name for p in self.watch.pods()}
+        for entry in root.iterdir() if root.is_dir() else ():
+            if entry.name.startswith(prefix) and entry.name not in live and entry.name not in self._deleting \
+                    and time.time() - entry.stat().st_mtime > ORPHAN_AFTER_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True)
 
     def expect(self, demand: Counter[PoolKey]) -> None:
         """The trials the next groups will start, by key: the new targets, capped."""
@@ -176,6 +194,9 @@ class WarmPool:
 
     def _on_event(self, kind: str, pod: Pod) -> None:
         name = pod.metadata.name
+        if kind == "DELETED" and name in self._deleting:  # gone now: the kubelet makes no mount point again
+            self._deleting.discard(name)
+            shutil.rmtree(self.pod_dir(name), ignore_errors=True)
         warm = self.pods.get(name)
         if warm is None:
             return
@@ -196,6 +217,7 @@ class WarmPool:
         if not warm.ready and _main_running(pod):
             warm.ready, warm.idle_since = True, time.monotonic()
             self._gauges(warm.key)
+            self._wake.set()  # room to start the next one
 
     async def _loop(self) -> None:
         while True:
@@ -227,7 +249,8 @@ class WarmPool:
         for name in expired + surplus:
             await self._drop(name, delete=True)
         have = Counter(p.key for p in self.pods.values())
-        room = self.config.max_total - len(self.pods)
+        room = min(self.config.max_total - len(self.pods),
+                   self.config.max_starting - sum(1 for p in self.pods.values() if not p.ready))
         creates = []
         for key, target in self.targets.items():
             n = min(target - have[key], room)
@@ -257,13 +280,17 @@ class WarmPool:
             self._on_event("MODIFIED", seen)
 
     async def _drop(self, name: str, delete: bool) -> None:
+        """Out of the pool; its directory goes once the pod is gone: a pod deleted while its init
+        container runs may still start its main one, whose mounts would make the directory again."""
         pod = self.pods.pop(name, None)
         if pod is not None:
             self._gauges(pod.key)
-        if delete:
+        if delete and self.watch.get(name) is not None:
+            self._deleting.add(name)
             with contextlib.suppress(Exception):  # gone already, or the reaper will
                 await self.manager.delete(name)
-        await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+        else:
+            await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
         self._wake.set()
 
     def _gauges(self, key: PoolKey) -> None:

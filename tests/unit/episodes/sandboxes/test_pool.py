@@ -92,3 +92,56 @@ def test_a_pod_never_running_is_replaced_after_its_ready_timeout():
     pool, dropped = asyncio.run(go())
     assert dropped == ["old"] and set(pool.pods) == {"young"}
     assert pool.metrics.lost.labels("a")._value.get() == 1
+
+
+class DeletesNothing:
+    """The manager's part in a drop, recorded: the API's answer comes later, as the watch's DELETED."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def delete(self, name: str) -> bool:
+        self.deleted.append(name)
+        return True
+
+
+def test_a_dropped_pods_directory_goes_only_once_the_pod_is_gone(tmp_path):
+    """Deleted while its init container runs, a pod may still start its main container, whose mounts
+    would make its directory again on the volume: the directory waits for the pod's DELETED."""
+    async def go():  # noqa: ANN202
+        watch, manager = CacheOnly(), DeletesNothing()
+        pool = WarmPool(manager, watch, WarmPoolConfig(max_total=4), None, lambda name: tmp_path / name)
+        (tmp_path / "p1" / "agent").mkdir(parents=True)
+        pod = Pod(metadata=ObjectMeta(name="p1", labels={POOL_LABEL: key("a").digest}), status=PodStatus(phase="Pending"))
+        watch.pods["p1"] = pod
+        pool.pods["p1"] = WarmPod(name="p1", key=key("a"))
+        await pool._drop("p1", delete=True)
+        kept = (tmp_path / "p1").exists()
+        pool._on_event("DELETED", pod)
+        return manager.deleted, kept, (tmp_path / "p1").exists()
+
+    deleted, kept_until_gone, left = asyncio.run(go())
+    assert deleted == ["p1"] and kept_until_gone and not left
+
+
+def test_the_pool_starts_at_most_max_starting_pods_at_once():
+    """A fill or refill trickles in beside the trials it is for, instead of starting every pod at once."""
+    async def go():  # noqa: ANN202
+        pool = WarmPool(None, CacheOnly(), WarmPoolConfig(max_total=16, max_per_image=16, max_starting=3), None,
+                        lambda name: Path("/nonexistent"))
+        created: list[PoolKey] = []
+
+        async def create(k: PoolKey) -> None:
+            created.append(k)
+            pool.pods[f"p{len(created)}"] = WarmPod(name=f"p{len(created)}", key=k)
+
+        pool._create = create
+        pool.expect(Counter({key("a"): 10}))
+        await pool._reconcile()
+        first = len(created)
+        for warm in pool.pods.values():  # they came up: room for the next three
+            warm.ready = True
+        await pool._reconcile()
+        return first, len(created)
+
+    assert asyncio.run(go()) == (3, 6)
