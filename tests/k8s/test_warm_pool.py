@@ -215,3 +215,18 @@ def test_the_example_image_tasks_share_no_pool_key():
     images = LockedImages(None)
     keys = {KubernetesSandbox._key(t, images.entry(t), ()) for t in load_dataset(IMAGE_TASKS).tasks}
     assert len(keys) == len(load_dataset(IMAGE_TASKS).tasks)
+
+
+
+def test_a_second_event_loop_is_refused_naming_the_fix(images, kube_api, claim):
+    """The sandbox's API client, pod watch and pool live on the loop of its first trial: a trial on
+    another loop is an infra error that says so, never a hang on a dead loop's connections."""
+    trials = claim / "trials"
+    box = pooled(kube_api, trials, max_total=0)
+    task = HarborTask.load(IMAGE_TASKS / "jq-field")
+    assert box.prepare([task]) == {}
+    with FakeKubelet(kube_api, claim, NS) as kubelet:
+        results = [asyncio.run(run_trial(TrialSpec(run=RUN, trial=f"loop-{i}", task=task, agent=AgentSpec.oracle()), box, trials))
+                   for i in range(2)]
+    assert (results[0].status, results[0].reward) == (TrialStatus.OK, 1.0), (results[0].error, kubelet.output)
+    assert results[1].status == TrialStatus.INFRA_ERROR and "asyncio.Runner" in results[1].error

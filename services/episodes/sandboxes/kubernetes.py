@@ -94,10 +94,18 @@ class KubernetesSandbox:
         """The run's pods, one list and one watch for every trial (``pod_watch.RunPodWatch``), from the first trial."""
         self.pool: WarmPool | None = None
         self._started: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._agents: tuple[str, ...] = ()
 
     async def _start(self) -> None:
-        """The shared watch and the pool, on the env server's loop, once."""
+        """The shared watch and the pool, on the first trial's event loop, once. The sandbox serves
+        that loop only: its API client's connections, its watch and its pool's tasks live on it."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise SandboxError("kubernetes sandbox: it serves the event loop it first ran on (its API client, pod watch and "
+                               "pool live there); run every trial of it under one loop (one asyncio.run or asyncio.Runner)")
         if self._started is None:
             self._started = asyncio.Lock()
         async with self._started:

@@ -247,12 +247,21 @@ def run_cell(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path,  
     build_base_image(image_settings())  # at once when the session's task-images job made it
     if sandbox is None:
         sandbox = build_sandbox(LocalSandboxConfig(images=image_settings()))  # each trial in its task's image
+    loop = asyncio.Runner()  # one loop for every trial of the cell: a kubernetes sandbox serves one
+    try:
+        return _run_cell_trials(cell, proxy, trials_dir, served, tmp_path, turn_end, sandbox, prefix, agent, tasks, loop)
+    finally:
+        loop.close()
+
+
+def _run_cell_trials(cell: Cell, proxy, trials_dir: Path, served: str, tmp_path: Path, turn_end: str, sandbox,  # noqa: ANN001, PLR0913
+                     prefix: str, agent, tasks, loop: asyncio.Runner) -> tuple[list[TrajectoryRecord], Assembly]:  # noqa: ANN001
     for round_, task in product(range(ROUNDS), tasks):
         trial = prefix + f"{cell.agent.replace(' + ', '-').replace(' ', '-')}-{task.short_name}" + (f"-r{round_ + 1}" if round_ else "")
         env = trial_env(agent, proxy.url, "matrix", trial, "open", served)
         spec = TrialSpec(run="matrix", trial=trial, task=task, agent=agent, env=env, agent_timeout_sec=180,
                          private_paths=[tmp_path / "tasks"])
-        result = asyncio.run(run_trial(spec, sandbox, trials_dir))
+        result = loop.run(run_trial(spec, sandbox, trials_dir))
         root = trials_dir / "matrix" / trial
         assert result.status == "ok", (result.error, (root / "agent" / "stdout.txt").read_text()[-2000:])
         assert result.image and result.image.startswith(f"localhost/rlstack-task/{task.short_name}:"), result.image
