@@ -176,9 +176,9 @@ class AgentEnvRunner(EnvRunner):
 
     async def rollout(self, problem: HarborTask, trial: str) -> dict:
         expect = getattr(self.sandbox, "expect", None)
-        if expect is not None:  # the warm pool readies pods for the groups that start next
+        if expect is not None:  # the warm pool keeps pods for this group and the ones that start next
             try:
-                await expect(self.problems.peek(), self.s.group_size)
+                await expect([problem, *self.problems.peek()], self.s.group_size)
             except Exception as exc:  # a pool is a speed-up: its trials start cold without it, never a lost group
                 log.warning("the sandbox's warm pool could not be told the next groups: %r", exc)
         await self._wait_for_staleness_room()

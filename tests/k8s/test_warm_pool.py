@@ -24,7 +24,7 @@ from rlstack.episodes.harbor import HarborTask
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.sandboxes import KubernetesSandboxConfig, WarmPoolConfig, build_sandbox
 from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxOwner, SandboxPodSecurity
-from rlstack.episodes.sandboxes.pool import POOL_DIR, PoolKey
+from rlstack.episodes.sandboxes.pool import POOL_DIR
 from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
 from rlstack.kube.connection import connect
 from tests.conftest import REPO
@@ -75,6 +75,11 @@ async def until(check, timeout: float = 120.0) -> None:  # noqa: ANN001
         await asyncio.sleep(0.05)
 
 
+def pool_dirs_left(trials: Path) -> list[Path]:
+    """Warm pods' directories still on the volume (``.pool/<run>/<pod>``)."""
+    return [pod for run in (trials / POOL_DIR).glob("*") for pod in run.iterdir()]
+
+
 def ready(box, n: int) -> bool:  # noqa: ANN001
     return box.pool is not None and sum(p.ready for p in box.pool.pods.values()) >= n
 
@@ -115,7 +120,7 @@ def test_claimed_warm_pods_run_each_trial_once_score_it_and_hold_off_an_attacker
     assert "denied" in (agent_dir / "environ.txt").read_text()
     assert not (agent_dir / "phase.json").is_symlink()
     assert (trials / RUN / "w-sh" / "verifier" / "reward.txt").read_text().strip() == "0"
-    assert kube_api.pods == {} and not any((trials / POOL_DIR).iterdir())
+    assert kube_api.pods == {} and not pool_dirs_left(trials)
     assert box.metrics.claims.labels("warm")._value.get() == 3 and box.metrics.claims.labels("cold")._value.get() == 0
     # what the sandboxes dashboard queries, this sandbox exports (the pool's, the claims', the API calls')
     exported = exported_names(generate_latest(registry).decode())
@@ -143,7 +148,8 @@ def test_with_no_warm_pod_of_its_image_a_trial_starts_cold(images, kube_api, cla
 
 def test_a_pod_lost_before_its_claim_is_replaced_and_a_claim_on_a_gone_pod_takes_another(images, kube_api, claim):
     """One warm pod deleted as a node loss would: dropped, counted, replaced. Then a claim whose pod
-    is deleted between the claim and its first file (the watch has not told yet) takes the next one."""
+    is deleted between its claim and the claim file (the watch has told by then) takes the next one,
+    with the trial's instruction still there for it."""
     trials = claim / "trials"
     box = pooled(kube_api, trials)
     task = HarborTask.load(IMAGE_TASKS / "jq-field")
@@ -157,17 +163,17 @@ def test_a_pod_lost_before_its_claim_is_replaced_and_a_claim_on_a_gone_pod_takes
         await until(lambda: lost not in box.pool.pods and ready(box, 2))  # replaced
         image = box.pool.pods[next(iter(box.pool.pods))].key.image_name
         assert box.metrics.lost.labels(image)._value.get() == 1
-        claim_one = box.pool.claim
+        run_warm = box._run_warm
 
-        def claim_then_lose(key: PoolKey):  # noqa: ANN202 - the race: deleted just after it was handed out
-            pod = claim_one(key)
-            if pod is not None and not gone:
-                gone.append(pod.name)
-                kube_api.delete_pod(NS, pod.name)
-            return pod
+        async def lose_it_first(job, image, name):  # noqa: ANN001, ANN202 - the race: deleted just after its claim
+            if not gone:
+                gone.append(name)
+                await asyncio.to_thread(kube_api.delete_pod, NS, name)
+                await until(lambda: box.watch.get(name) is None)
+            return await run_warm(job, image, name)
 
         gone: list[str] = []
-        box.pool.claim = claim_then_lose
+        box._run_warm = lose_it_first
         result = await run_trial(TrialSpec(run=RUN, trial="r-oracle", task=task, agent=AgentSpec.oracle()), box, trials)
         await box.close()
         return lost, gone, result
@@ -176,6 +182,7 @@ def test_a_pod_lost_before_its_claim_is_replaced_and_a_claim_on_a_gone_pod_takes
         lost, gone, result = asyncio.run(go())
     assert (result.status, result.reward, result.sandbox_start) == (TrialStatus.OK, 1.0, "warm"), (result.error, kubelet.output)
     assert len(gone) == 1 and gone[0] != lost
+    assert (trials / RUN / "r-oracle" / "agent" / "instruction.md").exists()
     assert kube_api.pods == {}
 
 
@@ -204,7 +211,7 @@ def test_a_restarted_env_server_deletes_the_pool_its_predecessor_left(images, ku
         orphans = asyncio.run(first())
         assert {name for (_, name) in kube_api.pods} == orphans
         assert asyncio.run(second()) == set()
-    assert kube_api.pods == {} and not any((trials / POOL_DIR).iterdir())
+    assert kube_api.pods == {} and not pool_dirs_left(trials)
 
 
 def test_the_example_image_tasks_share_no_pool_key():

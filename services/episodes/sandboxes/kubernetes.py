@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +78,7 @@ STAGE = ".sandbox"
 POD_STAGE = "/run/rlstack-trial"
 """Where an image-mode pod mounts the stage (``rlstack.episodes.inside.trial.STAGE``)."""
 BUNDLE_COPY = "/bundle"
+POOL_RETRY_SECONDS = 30
 
 
 class KubernetesSandbox:
@@ -95,6 +97,7 @@ class KubernetesSandbox:
         self.pool: WarmPool | None = None
         self._started: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool_retry_at = 0.0
         self._agents: tuple[str, ...] = ()
 
     async def _start(self) -> None:
@@ -109,17 +112,23 @@ class KubernetesSandbox:
         if self._started is None:
             self._started = asyncio.Lock()
         async with self._started:
-            if self.watch is not None:
-                return
-            from rlstack.episodes.sandboxes.pod_watch import RunPodWatch
+            if self.watch is None:
+                from rlstack.episodes.sandboxes.pod_watch import RunPodWatch
 
-            watch = RunPodWatch(self.manager.client, self.manager.namespace, {self.manager.run_label: self.manager.run},
-                                api_calls=self.manager.api)
-            await watch.start()
-            self.watch = watch
-            if self.config.pool.enabled and self.config.environment == "image":
-                self.pool = WarmPool(self.manager, watch, self.config.pool, self._warm_spec, self._pool_dir, self.metrics)
-                await self.pool.start()
+                watch = RunPodWatch(self.manager.client, self.manager.namespace, {self.manager.run_label: self.manager.run},
+                                    api_calls=self.manager.api)
+                await watch.start()
+                self.watch = watch
+            wanted = self.config.pool.enabled and self.config.environment == "image"
+            if wanted and self.pool is None and loop.time() >= self._pool_retry_at:
+                pool = WarmPool(self.manager, self.watch, self.config.pool, self._warm_spec, self._pool_dir, self.metrics)
+                try:
+                    await pool.start()
+                except Exception as exc:  # trials start cold meanwhile; tried again in a while
+                    self._pool_retry_at = loop.time() + POOL_RETRY_SECONDS
+                    log.warning("warm pool: could not start (%r); trials start cold, trying again in %ds", exc, POOL_RETRY_SECONDS)
+                    return
+                self.pool = pool
 
     async def expect(self, tasks: list[HarborTask], trials_each: int) -> None:
         """The tasks of the next groups, ``trials_each`` trials each: what the warm pool keeps ready."""
@@ -132,10 +141,11 @@ class KubernetesSandbox:
                 image = self._image(task)
                 if image is not None:
                     demand[self._key(task, image, self._agents)] += trials_each
-        self.pool.expect(demand)
+        if self.pool is not None:
+            self.pool.expect(demand)
 
     def _pool_dir(self, name: str) -> Path:
-        return self.config.trials_dir / POOL_DIR / name
+        return self.config.trials_dir / POOL_DIR / self.manager.run / name
 
     def check(self) -> None:
         if not self.config.trials_dir.is_dir():
@@ -176,7 +186,7 @@ class KubernetesSandbox:
         image = self._image(job.task)
         self.metrics.in_flight.inc()
         try:
-            if self.pool is not None and image is not None:
+            if self.pool is not None and image is not None and self._deadline(job) <= self.config.pool.trial_seconds:
                 key = self._pool_key(job, image)
                 for _ in range(2):  # a claimed pod found gone before its agent started: once more, then cold
                     warm = self.pool.claim(key)
@@ -209,24 +219,18 @@ class KubernetesSandbox:
             await asyncio.to_thread(shutil.rmtree, trial_dir / STAGE, True)
 
     async def _run_warm(self, job: SandboxJob, image: LockEntry, name: str) -> SandboxOutcome | None:
-        """The trial in a claimed warm pod; None when the pod was gone before its agent started."""
-        from rlstack.episodes.sandboxes.pods import SandboxGone
-
+        """The trial in a claimed warm pod; None when the watch had seen the pod deleted before the
+        claim was written (after that, a pod gone is the trial's infra error, as a cold pod's)."""
         trial_dir, pod_dir = job.agent_dir.parent, self._pool_dir(name)
         self._running.add(name)
         try:
+            if self.watch.get(name) is None:  # deleted between the claim and now: the watch has said so
+                log.info("trial %s: warm pod %s was gone before its claim; claiming another", job.trial, name)
+                return None
             await asyncio.to_thread(self._stage_claim, job, trial_dir, pod_dir)
-            try:
-                pod = await self._wait(name, job)
-            except SandboxError:
-                if not (pod_dir / "agent" / AGENT_STDOUT).exists():  # the driver never started the agent
-                    log.info("trial %s: warm pod %s was gone before its agent started; claiming another", job.trial, name)
-                    return None
-                raise
+            pod = await self._wait(name, job)  # gone or timed out from here on: an infra error, as a cold pod's
             await asyncio.to_thread(self._collect, job, trial_dir, pod_dir)
             return self._read_outcome(job, name, pod, image)
-        except SandboxGone:
-            return None
         finally:
             await self._delete(name)
             await asyncio.to_thread(shutil.rmtree, pod_dir, True)
@@ -314,21 +318,25 @@ class KubernetesSandbox:
             safefs.makedirs(job.agent_dir, within=trial_dir)
             safefs.clear_dir(job.verifier_dir, within=trial_dir)
             safefs.unlink(job.agent_dir / OUTCOME_FILE, within=trial_dir)
-            _move_entries(job.agent_dir, pod_dir / "agent")  # the instruction, where the pod's /logs/agent is
+            for entry in job.agent_dir.iterdir():  # the instruction, copied where the pod's /logs/agent is
+                if entry.is_file() and not entry.is_symlink():
+                    shutil.copyfile(entry, pod_dir / "agent" / entry.name, follow_symlinks=False)
             (stage / PLAN).write_text(self._plan(job).model_dump_json())
             for directory in [p for p in stage.rglob("*") if p.is_dir()]:
                 os.chmod(directory, 0o777)  # noqa: S103 - the pod's user empties the stage
-            with open(stage / CLAIM, "r+b") as claim:  # the file the driver opens, written in place (NFS)
-                claim.write(f"{job.trial}\n".encode())
+            _write_claim(stage / CLAIM, job.trial)
         except OSError as exc:
             raise SandboxError(f"kubernetes sandbox: cannot stage the claim on the trials volume: {exc}") from exc
 
     def _collect(self, job: SandboxJob, trial_dir: Path, pod_dir: Path) -> None:
         """What the pod wrote to its logs, moved into the trial's directory: each entry renamed as it
         is (a link stays a link, never followed; the readers below do not follow one either)."""
-        for source, target in ((pod_dir / "agent", job.agent_dir), (pod_dir / "verifier", job.verifier_dir)):
-            safefs.clear_dir(target, within=trial_dir)
-            _move_entries(source, target)
+        try:
+            for source, target in ((pod_dir / "agent", job.agent_dir), (pod_dir / "verifier", job.verifier_dir)):
+                safefs.clear_dir(target, within=trial_dir)
+                _move_entries(source, target)
+        except OSError as exc:
+            raise SandboxError(f"kubernetes sandbox: cannot collect the warm pod's logs: {exc}") from exc
 
     def _plan(self, job: SandboxJob) -> TrialPlan:
         return TrialPlan(
@@ -351,7 +359,7 @@ class KubernetesSandbox:
         """A warm pod: the same pod as a trial's, its driver waiting for a claim, its directory the pool's."""
         c = self.config
         name = self.manager.pod_name(pod_id)
-        base = f"{c.trials_subpath.strip('/')}/{POOL_DIR}/{name}"
+        base = f"{c.trials_subpath.strip('/')}/{POOL_DIR}/{self.manager.run}/{name}"
         return self._task_pod_spec(pod_id, base, key, int(c.pool.idle_seconds) + c.pool.trial_seconds,
                                    ["--wait-claim", "--idle-seconds", f"{c.pool.idle_seconds:g}"], {POOL_LABEL: key.digest})
 
@@ -437,6 +445,18 @@ class KubernetesSandbox:
                                   "--exit-code-file"),
                  "volumeMounts": agent_mounts},
             ])
+
+
+def _write_claim(path: Path, trial: str) -> None:
+    """The trial's id into the claim file, in place (an NFS client's open revalidates it), never
+    through a link and never into anything but a regular file."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.write(fd, f"{trial}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def _move_entries(source: Path, target: Path) -> None:

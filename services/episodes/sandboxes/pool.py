@@ -122,6 +122,7 @@ class WarmPool:
         self._task: asyncio.Task | None = None
         self._deleting: set[str] = set()
         """Dropped pods whose DELETED has not come yet: their directories go with it."""
+        self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         """Delete what a predecessor of this env server left (unclaimed or mid-trial: its trials were
@@ -129,9 +130,7 @@ class WarmPool:
         self.watch.subscribe(self._on_event)
         left = [p.metadata.name for p in await self.manager.list() if POOL_LABEL in (p.metadata.labels or {})]
         for name in left:
-            self._deleting.add(name)
-            with contextlib.suppress(Exception):
-                await self.manager.delete(name)
+            await self._remove(name)
         if left:
             log.info("warm pool: deleted %d pod(s) a previous env server left", len(left))
         await asyncio.to_thread(self._remove_orphan_dirs)
@@ -149,13 +148,13 @@ class WarmPool:
             await asyncio.sleep(0.1)
 
     def _remove_orphan_dirs(self) -> None:
-        """This run's pool directories with no pod (a server killed while deleting), older than a
-        minute: a younger one may be a pod another env server of the run is creating now."""
+        """This run's pool directories (``.pool/<run>/``) with no pod of the run (a server killed while
+        deleting), older than a minute: a younger one may be a pod another env server of the run is
+        creating now."""
         root = self.pod_dir("x").parent
-        prefix = self.manager.pod_name("w").rsplit("-", 1)[0] + "-w"
         live = {p.metadata.name for p in self.watch.pods()}
         for entry in root.iterdir() if root.is_dir() else ():
-            if entry.name.startswith(prefix) and entry.name not in live and entry.name not in self._deleting \
+            if entry.name not in live and entry.name not in self._deleting \
                     and time.time() - entry.stat().st_mtime > ORPHAN_AFTER_SECONDS:
                 shutil.rmtree(entry, ignore_errors=True)
 
@@ -204,7 +203,7 @@ class WarmPool:
         if kind == "DELETED" or phase in ("Succeeded", "Failed"):
             log.info("warm pool: pod %s ended before a claim (%s); replacing it", name, "deleted" if kind == "DELETED" else phase)
             self.metrics.lost.labels(warm.key.image_name).inc()
-            asyncio.get_running_loop().create_task(self._drop(name, delete=kind != "DELETED"))
+            self._spawn(self._drop(name, delete=kind != "DELETED"))
             return
         failure = pull_failure(pod)
         if failure is not None:
@@ -212,7 +211,7 @@ class WarmPool:
             self.targets.pop(warm.key, None)
             self.metrics.pull_failures.labels(warm.key.image_name).inc()
             log.error("warm pool: %s cannot be pulled (%s): no warm pods of it; its trials start cold", warm.key.image, failure)
-            asyncio.get_running_loop().create_task(self._drop(name, delete=True))
+            self._spawn(self._drop(name, delete=True))
             return
         if not warm.ready and _main_running(pod):
             warm.ready, warm.idle_since = True, time.monotonic()
@@ -270,10 +269,10 @@ class WarmPool:
         self._gauges(key)
         try:
             await self.manager.launch(spec)
-        except Exception:
-            self.pods.pop(name, None)
-            self._gauges(key)
-            shutil.rmtree(directory, ignore_errors=True)
+        except BaseException:  # refused, or cancelled at close: a create that landed anyway is deleted
+            if self.pods.pop(name, None) is not None:
+                self._gauges(key)
+                self._spawn(self._remove(name))
             raise
         seen = self.watch.get(name)  # its ADDED (or Running) may have come before it was booked
         if seen is not None:
@@ -283,15 +282,32 @@ class WarmPool:
         """Out of the pool; its directory goes once the pod is gone: a pod deleted while its init
         container runs may still start its main one, whose mounts would make the directory again."""
         pod = self.pods.pop(name, None)
-        if pod is not None:
-            self._gauges(pod.key)
-        if delete and self.watch.get(name) is not None:
-            self._deleting.add(name)
-            with contextlib.suppress(Exception):  # gone already, or the reaper will
-                await self.manager.delete(name)
+        if pod is None:  # claimed meanwhile (a trial's now), or dropped already: not the pool's to delete
+            return
+        self._gauges(pod.key)
+        if delete:
+            await self._remove(name)
         else:
             await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
         self._wake.set()
+
+    async def _remove(self, name: str) -> None:
+        """Delete the pod; its directory goes when the watch sees it gone, or now when it already is."""
+        self._deleting.add(name)
+        try:
+            gone = not await self.manager.delete(name)
+        except Exception:  # the API server away: the reaper, or the next start, deletes it
+            log.warning("warm pool: could not delete pod %s", name, exc_info=True)
+            return
+        if gone:  # 404: nothing will say DELETED
+            self._deleting.discard(name)
+            await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+
+    def _spawn(self, coro) -> None:  # noqa: ANN001
+        """A task the pool keeps a reference to (an unreferenced task may be collected mid-run)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _gauges(self, key: PoolKey) -> None:
         ready = sum(1 for p in self.pods.values() if p.key == key and p.ready)

@@ -125,7 +125,7 @@ class ExpectingSandbox(UnusedSandbox):
         raise RuntimeError("no sandbox here")
 
 
-def test_before_each_group_the_sandbox_hears_the_next_groups_tasks(tmp_path):
+def test_before_each_group_the_sandbox_hears_its_task_and_the_next_groups(tmp_path):
     s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=3,
                     workers=2, trials_dir=tmp_path / "trials", trial_retries=0, trial_key_secret="k" * 32)
     registry = CollectorRegistry()
@@ -135,5 +135,6 @@ def test_before_each_group_the_sandbox_hears_the_next_groups_tasks(tmp_path):
     upcoming = [t.short_name for t in r.problems.peek()]
     with pytest.raises(GroupDropped):
         asyncio.run(r.rollout(first, "w0"))
-    assert box.expected == [(upcoming, 3)] and len(upcoming) == 2  # the next `workers` groups, group_size each
+    # this group's task (its pods must not be trimmed as it claims them) and the next `workers` groups'
+    assert box.expected == [([first.short_name, *upcoming], 3)] and len(upcoming) == 2
     assert [t.short_name for t in r.problems.peek()] == upcoming  # peeking drew nothing

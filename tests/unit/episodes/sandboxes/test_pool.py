@@ -145,3 +145,17 @@ def test_the_pool_starts_at_most_max_starting_pods_at_once():
         return first, len(created)
 
     assert asyncio.run(go()) == (3, 6)
+
+
+def test_a_claimed_pod_is_never_the_pools_to_delete(tmp_path):
+    """A trim, an expiry or a pull failure that comes after a trial claimed the pod leaves it alone."""
+    async def go():  # noqa: ANN202
+        watch, manager = CacheOnly(), DeletesNothing()
+        pool = WarmPool(manager, watch, WarmPoolConfig(max_total=4), None, lambda name: tmp_path / name)
+        watch.pods["p1"] = Pod(metadata=ObjectMeta(name="p1"), status=PodStatus(phase="Running"))
+        pool.pods["p1"] = WarmPod(name="p1", key=key("a"), ready=True)
+        assert pool.claim(key("a")).name == "p1"
+        await pool._drop("p1", delete=True)
+        return manager.deleted
+
+    assert asyncio.run(go()) == []
