@@ -72,7 +72,7 @@ def test_doctor_lists_sandboxes_through_the_api(kube_api):
     kube_api.add_pod(NS, "sbx-run-a", {"harbor-run": "run"}, phase="Pending")
     kube_api.add_pod(NS, "sbx-other", {"harbor-run": "other"}, phase="Pending")
     config = DoctorConfig(run_prefix="run", namespace=NS, kube_api_url=kube_api.url, stuck_after_s=60)
-    assert check_sandboxes(config).detail.startswith("1 pod(s), 0 stuck")
+    assert check_sandboxes(config).detail.startswith("1 pod(s) (0 warm, waiting for a claim), 0 stuck pending")
     later = datetime(2100, 1, 1, tzinfo=UTC)
     stuck = check_sandboxes(config, now=later)
     assert not stuck.ok and "sbx-run-a" in stuck.remedy
