@@ -41,6 +41,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
+from trial_pods import cluster_arguments  # bench/ is on the path of a bench run as a script
 
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.sandboxes import (
@@ -196,14 +197,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--namespace", required=True)
-    parser.add_argument("--claim", required=True, help="a ReadWriteMany claim in the namespace")
-    parser.add_argument("--claim-dir", type=Path, required=True, help="that claim's volume as this host sees it")
-    parser.add_argument("--bundle-image", required=True)
-    parser.add_argument("--dataset", type=Path, default=Path("examples/image-tasks"))
-    parser.add_argument("--lock", type=Path, default=None, help="default: the dataset's images.lock.json")
-    parser.add_argument("--pod-security", choices=["restricted", "baseline"], default="baseline")
-    parser.add_argument("--pull-policy", choices=["IfNotPresent", "Always", "Never"], default="IfNotPresent")
+    cluster_arguments(parser)
     parser.add_argument("--bursts", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 128])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["warm", "cold", "local"])
     parser.add_argument("--local-dir", type=Path, default=Path("/tmp/rlstack-claims-local"))

@@ -150,8 +150,8 @@ async def starts(args: argparse.Namespace, task) -> dict:  # noqa: ANN001
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the trial pods run: what this bench and bench/sandbox_claims.py both need."""
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--claim", required=True, help="a ReadWriteMany claim in the namespace")
     parser.add_argument("--claim-dir", type=Path, required=True, help="that claim's volume as this host sees it")
@@ -160,6 +160,11 @@ def main() -> int:
     parser.add_argument("--lock", type=Path, default=None, help="default: the dataset's images.lock.json")
     parser.add_argument("--pod-security", choices=["restricted", "baseline"], default="baseline")
     parser.add_argument("--pull-policy", choices=["IfNotPresent", "Always", "Never"], default="IfNotPresent")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cluster_arguments(parser)
     parser.add_argument("--rounds", type=int, default=0, help="part 2: starts measured per side (0: skip)")
     parser.add_argument("--evict", default="", help="part 2: a command removing {ref} from the node")
     args = parser.parse_args()
