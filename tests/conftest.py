@@ -65,6 +65,10 @@ PREBUILDS = pytest.StashKey[list]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session) -> None:  # noqa: ANN001
     """The background builds start once collection is done, never for --collect-only."""
+    from tests.helpers.disk_watch import WATCH
+
+    if not session.config.option.collectonly:
+        WATCH.begin()
     names = session.config.stash.get(PREBUILDS, [])
     if names and not session.config.option.collectonly:
         from tests.helpers.prebuild import SESSION
@@ -78,9 +82,20 @@ def pytest_sessionfinish(session) -> None:  # noqa: ANN001
     SESSION.stop()
 
 
+def pytest_runtest_logstart(nodeid, location) -> None:  # noqa: ANN001
+    from tests.helpers.disk_watch import WATCH
+
+    WATCH.current = nodeid
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
-    """The CPU at the end of the output, where CI's tail shows it beside any failure."""
+    """The CPU and the disk at the end of the output, where CI's tail shows them beside any failure."""
+    from tests.helpers.disk_watch import WATCH
+
     terminalreporter.write_line(f"cpu: {cpu_identity()}")
+    if WATCH.start:
+        for line in WATCH.end():
+            terminalreporter.write_line(line)
 
 
 def start_service(name: str, args: list[str], log_dir: Path, env: dict[str, str] | None = None, port: int | None = None,

@@ -67,6 +67,7 @@ class FakeKubelet:
         """The image each container ran in (``<pod>/<container>`` -> image id), or ``host``."""
         self._inspected: dict[str, ImageInfo | None] = {}
         self._seen: set[str] = set()
+        self._pods: list[threading.Thread] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
 
@@ -75,15 +76,21 @@ class FakeKubelet:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """As a node going away: its containers are killed and their scratch removed (pods still
+        running here, e.g. a warm pool's, would otherwise poll on and keep their copies on disk)."""
         self._stop.set()
         self._thread.join(30)
+        for pod in self._pods:
+            pod.join(30)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             for (ns, name), pod in list(self.api.pods.items()):
                 if ns == self.namespace and name not in self._seen:
                     self._seen.add(name)
-                    threading.Thread(target=self._run_pod, args=(name, pod), daemon=True).start()
+                    thread = threading.Thread(target=self._run_pod, args=(name, pod), daemon=True)
+                    self._pods.append(thread)
+                    thread.start()
             time.sleep(0.05)
 
     def _gone(self, name: str) -> bool:
@@ -188,14 +195,14 @@ class FakeKubelet:
         with tempfile.TemporaryFile() as out:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             while proc.poll() is None:
-                if self._gone(pod):
+                if self._gone(pod) or self._stop.is_set():
                     proc.kill()
                     proc.wait()
                     return None
                 time.sleep(0.05)
             out.seek(0)
             self.output[f"{pod}/{container['name']}"] = out.read().decode(errors="replace")[-4000:]
-        return None if self._gone(pod) else proc.returncode
+        return None if self._gone(pod) or self._stop.is_set() else proc.returncode
 
 
 def image_container_argv(layers: TrialLayers, binds: list[Bind], *, command: list[str], chdir: str,

@@ -186,6 +186,40 @@ def test_a_pod_lost_before_its_claim_is_replaced_and_a_claim_on_a_gone_pod_takes
     assert kube_api.pods == {}
 
 
+def test_a_claimed_pod_that_fails_before_its_agent_finishes_is_an_infra_error_never_a_retry(images, kube_api, claim):
+    """A claimed pod that ends Failed (not deleted: its node said so) is the trial's infra error, as a
+    cold pod's would be: no second warm pod and no cold pod run the trial again."""
+    trials = claim / "trials"
+    box = pooled(kube_api, trials)
+    task = HarborTask.load(IMAGE_TASKS / "jq-field")
+    assert box.prepare([task]) == {}
+
+    async def go():  # noqa: ANN202
+        await box.expect([task], 2)
+        await until(lambda: ready(box, 2))
+        run_warm = box._run_warm
+
+        async def fail_it_first(job, image, name):  # noqa: ANN001, ANN202
+            failed.append(name)
+            await asyncio.to_thread(kube_api.set_status, NS, name, "Failed", exit_code=137)
+            await until(lambda: (pod := box.watch.get(name)) is not None and pod.status.phase == "Failed")
+            return await run_warm(job, image, name)
+
+        failed: list[str] = []
+        box._run_warm = fail_it_first
+        slow = sh("sleep 30")  # cannot have finished when the pod's failure is read
+        result = await run_trial(TrialSpec(run=RUN, trial="f-sleep", task=task, agent=slow), box, trials)
+        await box.close()
+        return failed, result
+
+    with FakeKubelet(kube_api, claim, NS) as kubelet:
+        failed, result = asyncio.run(go())
+    assert result.status == TrialStatus.INFRA_ERROR, (result.status, result.error, kubelet.output)
+    assert len(failed) == 1 and failed[0] in result.error and "Failed" in result.error
+    assert box.metrics.claims.labels("warm")._value.get() == 0 and box.metrics.claims.labels("cold")._value.get() == 0
+    assert kube_api.pods == {}
+
+
 def test_a_restarted_env_server_deletes_the_pool_its_predecessor_left(images, kube_api, claim):
     trials = claim / "trials"
     task = HarborTask.load(IMAGE_TASKS / "jq-field")
