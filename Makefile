@@ -21,7 +21,7 @@ setup: $(VENV)/.installed setup-vllm setup-proxy
 
 # What the environments, tools and one test run take on disk, measured on a clean clone
 # (docs/testing.md); a fresh setup on a fuller disk says so before pip runs out of space.
-DISK_NEEDED_GB := 16
+DISK_NEEDED_GB := 18
 check-disk:
 	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
 	  [ "$$free" -ge $(DISK_NEEDED_GB) ] || \
