@@ -146,6 +146,13 @@ class WarmPool:
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS  # their directories go as the watch sees them go
         while self._deleting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
+        for name in list(self._deleting):  # not seen gone in time (a busy node): the API says whether it is
+            with contextlib.suppress(Exception):  # still there, or the API server away: the next start's
+                if not await self.manager.delete(name):  # orphan sweep takes the directory
+                    self._deleting.discard(name)
+                    await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+        with contextlib.suppress(OSError):  # the run's own directory, once no pod's is left in it
+            self.pod_dir("x").parent.rmdir()
 
     def _remove_orphan_dirs(self) -> None:
         """This run's pool directories (``.pool/<run>/``) with no pod of the run (a server killed while

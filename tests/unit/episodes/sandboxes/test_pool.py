@@ -124,6 +124,34 @@ def test_a_dropped_pods_directory_goes_only_once_the_pod_is_gone(tmp_path):
     assert deleted == ["p1"] and kept_until_gone and not left
 
 
+class GoneOnSecondAsk(DeletesNothing):
+    """A pod whose DELETED the watch never delivered before the close: asked again, the API says 404."""
+
+    async def delete(self, name: str) -> bool:
+        self.deleted.append(name)
+        return self.deleted.count(name) == 1
+
+
+def test_a_close_removes_the_directories_of_pods_the_api_says_are_gone(tmp_path, monkeypatch):
+    """A busy node deletes slowly and the watch may not tell in the close's wait: the API is asked,
+    and a gone pod's directory goes, then the run's own; a pod still there keeps its directory."""
+    import rlstack.episodes.sandboxes.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "CLOSE_WAIT_SECONDS", 0.2)
+    run_dir = tmp_path / "run"
+
+    async def go(manager):  # noqa: ANN001, ANN202
+        pool = WarmPool(manager, CacheOnly(), WarmPoolConfig(max_total=4), None, lambda name: run_dir / name)
+        (run_dir / "p1" / "agent").mkdir(parents=True)
+        pool.pods["p1"] = WarmPod(name="p1", key=key("a"))
+        await pool.close()
+
+    asyncio.run(go(GoneOnSecondAsk()))
+    assert not run_dir.exists()
+    asyncio.run(go(DeletesNothing()))  # still terminating: its directory waits for the next start's sweep
+    assert (run_dir / "p1").is_dir()
+
+
 def test_the_pool_starts_at_most_max_starting_pods_at_once():
     """A fill or refill trickles in beside the trials it is for, instead of starting every pod at once."""
     async def go():  # noqa: ANN202
