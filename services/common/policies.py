@@ -14,9 +14,12 @@ both, so no call is ever answered by the other policy's weights (plans/two-polic
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+
+from rlstack.common.model_families import ModelFamily, ModelFamilyError, family_of, get_family
 
 Dialect = Literal["chat", "messages", "count_tokens", "responses"]
 """The proxy's kinds of model call (``proxy.edge.front``)."""
@@ -108,3 +111,20 @@ def single(served_model_name: str) -> PolicyTable:
     """A run of one policy: it answers its own name, every ``claude-*``, and on the Responses dialect
     the OpenAI names codex asks for, as the proxy always has."""
     return PolicyTable((PolicyRoute(name=served_model_name, served_names=("claude-*",), responses_names=OPENAI_DEFAULTS),))
+
+
+def declared_family(policy: str, model_dir: Path | str, family: str | None) -> ModelFamily:
+    """A policy's family: the one it declares, unless its model directory says another (a policy
+    trained on one template and served with another would learn from ids it never sampled); the
+    directory's own when none is declared. Raises naming the policy, the directory and both."""
+    if family is None:
+        return family_of(model_dir)
+    declared = get_family(family)
+    try:
+        told = family_of(model_dir)
+    except ModelFamilyError:  # a directory that cannot say: the declaration is what there is
+        return declared
+    if told.name != declared.name:
+        raise ModelFamilyError(f"policy {policy!r}: declares model family {family!r}, but {model_dir} is "
+                               f"{told.name!r}; fix the declaration or the model directory")
+    return declared

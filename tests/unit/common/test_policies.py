@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
-from rlstack.common.policies import PolicyRoute, PolicyTable, single
+from rlstack.common.model_families import MODEL_RECORD, ModelFamilyError
+from rlstack.common.policies import PolicyRoute, PolicyTable, declared_family, single
 from rlstack.proxy.edge.front import CLAUDE, OPENAI
 
 NAMES = ["policy", "hosted_vllm/policy", "claude-sonnet-4-5", "anthropic/claude-haiku-4-5", "claude-3-opus-20240229",
@@ -62,3 +65,16 @@ def test_bad_tables_are_refused_naming_what_is_wrong():
         PolicyTable((PolicyRoute(name="lead"), PolicyRoute(name="lead")))
     with pytest.raises(ValidationError, match="name"):
         PolicyRoute(name="not a label value")
+
+
+def test_a_policy_whose_model_directory_says_another_family_is_refused_naming_both(tmp_path):
+    model = tmp_path / "helper-model"
+    model.mkdir()
+    (model / MODEL_RECORD).write_text(json.dumps({"model_family": "qwen3"}))
+    assert declared_family("helper", model, "qwen3").name == "qwen3"
+    assert declared_family("helper", model, None).name == "qwen3"  # the directory's own
+    with pytest.raises(ModelFamilyError, match="'helper'.*'llama3.1'.*'qwen3'"):
+        declared_family("helper", model, "llama3.1")
+    silent = tmp_path / "silent"  # nothing to tell by: the declaration stands
+    silent.mkdir()
+    assert declared_family("lead", silent, "gemma3").name == "gemma3"
