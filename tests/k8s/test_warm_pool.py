@@ -84,6 +84,18 @@ def ready(box, n: int) -> bool:  # noqa: ANN001
     return box.pool is not None and sum(p.ready for p in box.pool.pods.values()) >= n
 
 
+def before_each_claim(box, act) -> None:  # noqa: ANN001
+    """``act(pod name)`` awaited as each claim lands, before the trial uses its pod: the races these
+    tests play between a claim and the cluster."""
+    run_warm = box._run_warm
+
+    async def acted_then_run(job, image, name):  # noqa: ANN001, ANN202
+        await act(name)
+        return await run_warm(job, image, name)
+
+    box._run_warm = acted_then_run
+
+
 def test_claimed_warm_pods_run_each_trial_once_score_it_and_hold_off_an_attacker(images, kube_api, claim):
     """Three warm pods of one task, three trials claiming them at once: the reference solution scores
     1, doing nothing 0, and an agent attacking its pod from inside (the cold pod's attack in
@@ -163,17 +175,15 @@ def test_a_pod_lost_before_its_claim_is_replaced_and_a_claim_on_a_gone_pod_takes
         await until(lambda: lost not in box.pool.pods and ready(box, 2))  # replaced
         image = box.pool.pods[next(iter(box.pool.pods))].key.image_name
         assert box.metrics.lost.labels(image)._value.get() == 1
-        run_warm = box._run_warm
 
-        async def lose_it_first(job, image, name):  # noqa: ANN001, ANN202 - the race: deleted just after its claim
+        async def lose_it_first(name: str) -> None:  # the race: deleted just after its claim
             if not gone:
                 gone.append(name)
                 await asyncio.to_thread(kube_api.delete_pod, NS, name)
                 await until(lambda: box.watch.get(name) is None)
-            return await run_warm(job, image, name)
 
         gone: list[str] = []
-        box._run_warm = lose_it_first
+        before_each_claim(box, lose_it_first)
         result = await run_trial(TrialSpec(run=RUN, trial="r-oracle", task=task, agent=AgentSpec.oracle()), box, trials)
         await box.close()
         return lost, gone, result
@@ -197,16 +207,14 @@ def test_a_claimed_pod_that_fails_before_its_agent_finishes_is_an_infra_error_ne
     async def go():  # noqa: ANN202
         await box.expect([task], 2)
         await until(lambda: ready(box, 2))
-        run_warm = box._run_warm
 
-        async def fail_it_first(job, image, name):  # noqa: ANN001, ANN202
+        async def fail_it(name: str) -> None:
             failed.append(name)
             await asyncio.to_thread(kube_api.set_status, NS, name, "Failed", exit_code=137)
             await until(lambda: (pod := box.watch.get(name)) is not None and pod.status.phase == "Failed")
-            return await run_warm(job, image, name)
 
         failed: list[str] = []
-        box._run_warm = fail_it_first
+        before_each_claim(box, fail_it)
         slow = sh("sleep 30")  # cannot have finished when the pod's failure is read
         result = await run_trial(TrialSpec(run=RUN, trial="f-sleep", task=task, agent=slow), box, trials)
         await box.close()

@@ -152,13 +152,17 @@ class WarmPool:
                     self._deleting.discard(name)
                     await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
         with contextlib.suppress(OSError):  # the run's own directory, once no pod's is left in it
-            self.pod_dir("x").parent.rmdir()
+            self._run_dir().rmdir()
+
+    def _run_dir(self) -> Path:
+        """``.pool/<run>/``: where every pod directory of this pool's run lies."""
+        return self.pod_dir("x").parent
 
     def _remove_orphan_dirs(self) -> None:
         """This run's pool directories (``.pool/<run>/``) with no pod of the run (a server killed while
         deleting), older than a minute: a younger one may be a pod another env server of the run is
         creating now."""
-        root = self.pod_dir("x").parent
+        root = self._run_dir()
         live = {p.metadata.name for p in self.watch.pods()}
         for entry in root.iterdir() if root.is_dir() else ():
             if entry.name not in live and entry.name not in self._deleting \
