@@ -7,7 +7,10 @@ the node (``bench/trial_pods.py`` says how). The env side runs here as an env se
 real ``KubernetesSandbox`` (its shared pod watch, its warm pool) against the real API server.
 
 For each burst size B (``--bursts 16,64,128``), all on the first task of ``--dataset`` with an agent
-that does nothing (``true``), so what is measured is the sandbox:
+that does nothing (``true``), so what is measured is the sandbox, or (``--agent-seconds S``) that
+does nothing for S seconds (``sleep S``): the burst's pods then stay up until every claim has
+started, as an RL step's agents, which run for a minute, keep theirs, instead of the first trials'
+verifiers and pod deletions running beside the last ones' claims:
 
 - cold: B trials at once, each creating its pod;
 - warm: the pool filled with B pods of the task's image (``expect``), then B trials at once, each
@@ -17,8 +20,9 @@ that does nothing (``true``), so what is measured is the sandbox:
 A start is a trial's ``start_seconds``: from the trial's start to its agent's first instruction
 (the driver's clock in the pod, this host's for the trial; one host here). Prints p50/p99 per cell,
 warm/cold ratios, the most pods in flight at once, API requests per trial (the sandbox's own
-count) and, with ``--apiserver-pid``, the API server's CPU seconds per trial. Writes the figures
-(``--out``, JSON) and a plot (``--plot``, PNG). Exits 1 when a trial is not ``ok``.
+count), with ``--apiserver-pid`` the API server's CPU seconds per trial, and what each cell left
+(its pods and pool directories ``--settle`` s after its close). Writes the figures (``--out``,
+JSON) and a plot (``--plot``, PNG). Exits 1 when a trial is not ``ok`` or a cell left anything.
 
     KUBECONFIG=... python bench/sandbox_claims.py --namespace rl-trials --claim trials \\
         --claim-dir /srv/pv-0 --bundle-image REF --dataset examples/image-tasks --pod-security baseline \\
@@ -55,7 +59,11 @@ from rlstack.episodes.trials import AgentSpec, TrialSpec, run_trial
 from rlstack.kube.connection import connect
 
 console = Console(stderr=True)
-NOTHING = AgentSpec(name="true", command=["true"])
+
+
+def idle_agent(seconds: float) -> AgentSpec:
+    """An agent that does nothing, at once or for ``seconds``."""
+    return AgentSpec(name="true", command=["true"]) if seconds <= 0 else AgentSpec(name="sleep", command=["sleep", f"{seconds:g}"])
 
 
 def pct(values: list[float], q: float) -> float:
@@ -84,9 +92,9 @@ def kube_box(args: argparse.Namespace, run: str, pool: int, registry: CollectorR
     return build_sandbox(config, manager, registry)
 
 
-async def burst(box, task, run: str, trials_dir: Path, size: int) -> tuple[list, int]:  # noqa: ANN001
+async def burst(box, task, run: str, trials_dir: Path, size: int, agent: AgentSpec) -> tuple[list, int]:  # noqa: ANN001
     """``size`` trials at once; the results and the most of the run's pods running at once."""
-    specs = [TrialSpec(run=run, trial=f"t{i}", task=task, agent=NOTHING) for i in range(size)]
+    specs = [TrialSpec(run=run, trial=f"t{i}", task=task, agent=agent) for i in range(size)]
     peak, done = 0, asyncio.Event()
 
     async def sample() -> None:
@@ -133,19 +141,24 @@ async def cell(args: argparse.Namespace, task, mode: str, size: int) -> dict:  #
             await asyncio.sleep(2)  # the fill's own API traffic settled
         requests_before, cpu_before = api_requests(registry), cpu_seconds(args.apiserver_pid if mode != "local" else None)
         began = time.monotonic()
-        results, peak = await burst(box, task, run, trials_dir, size)
+        results, peak = await burst(box, task, run, trials_dir, size, idle_agent(args.agent_seconds))
         wall = time.monotonic() - began
         if mode == "warm":
             box.pool.expect(Counter())  # no refill after the burst: the next cell measures on a quiet node
     finally:
         await box.close()  # the pool's pods too, whatever happened
+    left = {}
+    if mode != "local":  # what the close left: the run's pods (still terminating) and pool directories
+        await asyncio.sleep(args.settle)
+        left = {"pods_left": len(await box.manager.list()),
+                "pool_dirs_left": len(list((trials_dir / ".pool" / run).glob("*"))) if (trials_dir / ".pool" / run).is_dir() else 0}
     starts = [r.start_seconds for r in results if r.status.value == "ok" and r.start_seconds is not None]
     bad = [f"{r.trial}: {r.status.value} {r.error}" for r in results if r.status.value != "ok"]
     warm = sum(1 for r in results if r.sandbox_start == "warm")
-    out = {"mode": mode, "burst": size, "ok": len(starts), "not_ok": bad[:5], "n_not_ok": len(bad), "wall_s": round(wall, 1),
+    out = {"mode": mode, "burst": size, "agent_seconds": args.agent_seconds, "ok": len(starts), "not_ok": bad[:5], "n_not_ok": len(bad), "wall_s": round(wall, 1),
            "p50_s": round(statistics.median(starts), 3) if starts else None,
            "p99_s": round(pct(starts, 0.99), 3) if starts else None, "max_s": round(max(starts), 3) if starts else None,
-           "claimed_warm": warm, "pods_running_peak": peak, "pool_fill_s": fill}
+           "claimed_warm": warm, "pods_running_peak": peak, "pool_fill_s": fill, **left}
     if mode != "local":
         out["api_requests_per_trial"] = round((api_requests(registry) - requests_before) / size, 2)
         if args.apiserver_pid:
@@ -202,27 +215,33 @@ def main() -> int:
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["warm", "cold", "local"])
     parser.add_argument("--local-dir", type=Path, default=Path("/tmp/rlstack-claims-local"))
     parser.add_argument("--apiserver-pid", type=int, default=None, help="the kube-apiserver's pid on this host")
+    parser.add_argument("--agent-seconds", type=float, default=0.0,
+                        help="the agent does nothing for this long (0: exits at once)")
+    parser.add_argument("--settle", type=float, default=30.0,
+                        help="seconds after a cell's close before counting the pods and pool directories it left")
     parser.add_argument("--fill-timeout", type=float, default=600.0, help="seconds the warm pool may take to fill")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     cells = asyncio.run(main_async(args))
-    table = Table(title="trial start to the agent's first instruction (an agent that does nothing)")
+    agent = "an agent that does nothing" + (f" for {args.agent_seconds:g} s" if args.agent_seconds > 0 else "")
+    table = Table(title=f"trial start to the agent's first instruction ({agent})")
     for column in ("burst", "mode", "ok", "p50 s", "p99 s", "warm/cold p50", "warm/cold p99", "pods running (peak)",
-                   "API requests/trial", "API server CPU ms/trial"):
+                   "API requests/trial", "API server CPU ms/trial", "left (pods/dirs)"):
         table.add_column(column)
     for c in cells:
         table.add_row(str(c["burst"]), c["mode"], f"{c['ok']}/{c['burst']}", f"{c['p50_s']}", f"{c['p99_s']}",
                       warm_over_cold(cells, c, "p50_s"), warm_over_cold(cells, c, "p99_s"), str(c["pods_running_peak"]),
                       str(c.get("api_requests_per_trial", "")),
-                      str(c.get("apiserver_cpu_ms_per_trial", "")))
+                      str(c.get("apiserver_cpu_ms_per_trial", "")),
+                      f"{c['pods_left']}/{c['pool_dirs_left']}" if "pods_left" in c else "")
     console.print(table)
     if args.out:
         args.out.write_text(json.dumps({"cells": cells, "dataset": str(args.dataset)}, indent=1) + "\n")
     if args.plot:
         plot(cells, args.plot)
     print(json.dumps(cells))
-    return 1 if any(c["n_not_ok"] for c in cells) else 0
+    return 1 if any(c["n_not_ok"] or c.get("pods_left") or c.get("pool_dirs_left") for c in cells) else 0
 
 
 if __name__ == "__main__":

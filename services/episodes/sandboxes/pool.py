@@ -290,27 +290,33 @@ class WarmPool:
             self._on_event("MODIFIED", seen)
 
     async def _drop(self, name: str, delete: bool) -> None:
-        """Out of the pool; its directory goes once the pod is gone: a pod deleted while its init
-        container runs may still start its main one, whose mounts would make the directory again."""
+        """Out of the pool. A pod still starting keeps its directory until it is gone: deleted while
+        its init container runs, it may still start its main one, whose mounts would make the
+        directory again. A running one's mounts are made, so its directory goes at once (a close on a
+        busy node would otherwise wait out its pods' deletions, or leave their directories)."""
         pod = self.pods.pop(name, None)
         if pod is None:  # claimed meanwhile (a trial's now), or dropped already: not the pool's to delete
             return
         self._gauges(pod.key)
         if delete:
-            await self._remove(name)
+            await self._remove(name, mounted=pod.ready)
         else:
             await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
         self._wake.set()
 
-    async def _remove(self, name: str) -> None:
-        """Delete the pod; its directory goes when the watch sees it gone, or now when it already is."""
-        self._deleting.add(name)
+    async def _remove(self, name: str, mounted: bool = False) -> None:
+        """Delete the pod; its directory goes now when its main container had started (``mounted``)
+        or the pod is gone already, else when the watch sees it gone."""
+        if mounted:
+            await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+        else:
+            self._deleting.add(name)
         try:
             gone = not await self.manager.delete(name)
         except Exception:  # the API server away: the reaper, or the next start, deletes it
             log.warning("warm pool: could not delete pod %s", name, exc_info=True)
             return
-        if gone:  # 404: nothing will say DELETED
+        if gone and name in self._deleting:  # 404: nothing will say DELETED
             self._deleting.discard(name)
             await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
 

@@ -124,6 +124,24 @@ def test_a_dropped_pods_directory_goes_only_once_the_pod_is_gone(tmp_path):
     assert deleted == ["p1"] and kept_until_gone and not left
 
 
+def test_a_running_pods_directory_goes_with_its_drop(tmp_path):
+    """Past its init container a pod's mounts are made and nothing makes its directory again: a
+    close on a busy node (the real node's took longer than its wait) must not leave it behind."""
+    async def go():  # noqa: ANN202
+        watch, manager = CacheOnly(), DeletesNothing()
+        pool = WarmPool(manager, watch, WarmPoolConfig(max_total=4), None, lambda name: tmp_path / name)
+        for name in ("running", "starting"):
+            (tmp_path / name / "agent").mkdir(parents=True)
+            pool.pods[name] = WarmPod(name=name, key=key("a"), ready=name == "running")
+            await pool._drop(name, delete=True)
+        return manager.deleted, pool._deleting
+
+    deleted, deleting = asyncio.run(go())
+    assert deleted == ["running", "starting"]
+    assert not (tmp_path / "running").exists() and deleting == {"starting"}
+    assert (tmp_path / "starting").is_dir()  # until its DELETED (the test above)
+
+
 class GoneOnSecondAsk(DeletesNothing):
     """A pod whose DELETED the watch never delivered before the close: asked again, the API says 404."""
 
