@@ -47,6 +47,9 @@ POOL_DIR = ".pool"
 """Inside the trials directory: one directory per warm pod (its logs and stage until claimed)."""
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 CLOSE_WAIT_SECONDS = 10.0
+"""How long a close waits for the watch to see its starting pods go."""
+CLOSE_ASK_SECONDS = 50.0
+"""Then how long it asks the API, once a second, for those not seen gone (at most ``max_starting``)."""
 ORPHAN_AFTER_SECONDS = 60.0
 MAIN_CONTAINER = "trial"
 
@@ -146,11 +149,16 @@ class WarmPool:
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS  # their directories go as the watch sees them go
         while self._deleting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        for name in list(self._deleting):  # not seen gone in time (a busy node): the API says whether it is
-            with contextlib.suppress(Exception):  # still there, or the API server away: the next start's
-                if not await self.manager.delete(name):  # orphan sweep takes the directory
-                    self._deleting.discard(name)
-                    await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+        deadline = time.monotonic() + CLOSE_ASK_SECONDS
+        while self._deleting:  # not seen gone yet (a busy node deletes pods in init for tens of seconds):
+            for name in list(self._deleting):  # the API says when each is gone; past the deadline, or with
+                with contextlib.suppress(Exception):  # the API server away, the next start's sweep takes them
+                    if not await self.manager.delete(name):
+                        self._deleting.discard(name)
+                        await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+            if not self._deleting or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(1.0)
         with contextlib.suppress(OSError):  # the run's own directory, once no pod's is left in it
             self._run_dir().rmdir()
 
