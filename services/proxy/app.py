@@ -85,7 +85,7 @@ class ProxyApp:
         self.litellm, self.proxy_server = litellm, proxy_server
         self.registry = CollectorRegistry()
         self.metrics = ProxyMetrics(self.registry)
-        self.view = ReplicaView(settings.served_model_name, settings.default_max_context)
+        self.view = ReplicaView(settings.policy_table, settings.default_max_context)
         api_key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
         self.registry_client = RegistryClient(str(settings.registry_url), settings.registry_token.get_secret_value() if settings.registry_token else None)
         writer_id = writer_id_for(settings)
@@ -100,7 +100,7 @@ class ProxyApp:
         secret = settings.trial_key_secret.get_secret_value() if settings.trial_key_secret else None
         self.auth = TrialAuth(secret)
         self.peers = Peers([str(u) for u in settings.peer_urls], settings.peers_dns, settings.port, END_WAIT_SECONDS + 10)
-        self.front = FrontMiddleware(proxy_server.app, settings.served_model_name, self.view.urls, self.view.context,
+        self.front = FrontMiddleware(proxy_server.app, settings.policy_table, self.view.urls, self.view.context,
                                      settings.min_completion_tokens, api_key, settings.max_tokens_cap,
                                      stream_shim=settings.stream_mode == "shim", authorize=self._authorize,
                                      exact_downstream=self.token_in is not None,
@@ -176,11 +176,13 @@ class ProxyApp:
                 log.info("proxy stopped; %d trajectory lines written", self.writer.written)
 
     async def _warm_up(self) -> None:
-        """The first calls through LiteLLM pay for lazy imports and client set-up: pay them here."""
+        """The first calls through LiteLLM pay for lazy imports and client set-up: pay them here,
+        through the first policy to have a replica."""
         while not self.view.endpoints:
             await asyncio.sleep(0.2)
+        policy = next(iter(self.view.endpoints.values())).model
         for _ in range(3):
-            ok, detail = await self._ping()
+            ok, detail = await self._ping(policy)
             if ok:
                 break
             log.warning("warm-up ping failed: %s", detail)
@@ -189,10 +191,12 @@ class ProxyApp:
         self.warm = True
         log.info("proxy warm: %d replica(s)", len(self.view.endpoints))
 
-    async def _ping(self) -> tuple[bool, dict[str, Any]]:
+    async def _ping(self, policy: str | None = None) -> tuple[bool, dict[str, Any]]:
+        """A one-token call through the whole proxy to ``policy`` (the first one unless named)."""
+        policy = policy or self.view.default_policy
         secret = self.auth.secret
         key = mint(secret, HEALTH_RUN, HEALTH_TRIAL, ttl_seconds=60) if secret else "none"
-        body = {"model": self.settings.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        body = {"model": policy, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
         transport = httpx.ASGITransport(app=self.front)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy", timeout=60) as client:
             try:
@@ -200,7 +204,7 @@ class ProxyApp:
                                       headers=bearer(key))
             except Exception as exc:  # noqa: BLE001 - report any failure as the ping's result
                 return False, {"error": str(exc)}
-        detail = {"status": r.status_code, "model": self.settings.served_model_name}
+        detail = {"status": r.status_code, "model": policy}
         if r.status_code != 200:
             detail["error"] = r.text[:300]
         return r.status_code == 200, detail
@@ -209,11 +213,19 @@ class ProxyApp:
         return health_response("proxy", self.supervisor)
 
     async def readyz(self, request: Request) -> JSONResponse:
+        """Ready once warm with a replica of any policy: one policy's outage must not take the proxy
+        out of its Service for the others' calls (those get a 503 naming their policy)."""
         ready = bool(self.view.endpoints) and self.warm
-        return readiness_response(self.supervisor, ready, {"replicas": sorted(self.view.endpoints), "warm": self.warm})
+        policies = {name: sorted(self.view.of(name)) for name in self.view.table.names()}
+        return readiness_response(self.supervisor, ready, {"replicas": sorted(self.view.endpoints), "policies": policies,
+                                                           "warm": self.warm})
 
     async def ping(self, request: Request) -> JSONResponse:
-        ok, detail = await self._ping()
+        policy = request.query_params.get("policy")
+        if policy is not None and policy not in self.view.table.names():
+            return JSONResponse({"error": {"message": f"policy: {policy[:100]!r} is not one of {self.view.table.names()}",
+                                           "param": "policy"}}, status_code=400)
+        ok, detail = await self._ping(policy)
         return JSONResponse({"ok": ok, **detail}, status_code=200 if ok else 503)
 
     async def end_trial(self, request: Request) -> JSONResponse:

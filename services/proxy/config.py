@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, HttpUrl, SecretStr
+from pydantic import Field, HttpUrl, PrivateAttr, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN, SERVED_MODEL_NAME
+from rlstack.common.policies import PolicyRoute, PolicyTable, single
 from rlstack.common.settings import ServiceSettings
 
 
@@ -20,7 +21,13 @@ class ProxySettings(ServiceSettings):
     registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
     """Where replicas are discovered."""
     served_model_name: str = SERVED_MODEL_NAME
-    """The replicas' served name; claude-*, hosted_vllm/<name> and <name> all map onto it."""
+    """The replicas' served name; claude-*, hosted_vllm/<name> and <name> all map onto it. With
+    ``policies``, unused."""
+    policies: tuple[PolicyRoute, ...] = ()
+    """A run of several policies (JSON: ``[{"name": "lead", "served_names": ["claude-sonnet-*"]}, ...]``):
+    each call goes to the replicas of the policy that claims the model it names, never another's.
+    Unset: one policy, ``served_model_name`` (``common.policies.single``)."""
+    _table: PolicyTable = PrivateAttr()
     registry_token: SecretStr | None = None
     """The registry's bearer token (reads need it when the registry checks tokens); unset = $RLSTACK_REGISTRY_TOKEN."""
     replica_api_key: SecretStr | None = None
@@ -66,3 +73,17 @@ class ProxySettings(ServiceSettings):
     re-registering or missing probes leaves routing for seconds; a failed call can cost a trial)."""
     min_completion_tokens: int = Field(default=16, ge=1)
     """Smallest max_tokens left after clamping; below it the prompt is too long (400)."""
+
+    @model_validator(mode="after")
+    def _one_policy_table(self) -> ProxySettings:
+        """The table made once, here: claims two policies share are refused before anything is served."""
+        if self.policies and "served_model_name" in self.model_fields_set \
+                and self.served_model_name not in {p.name for p in self.policies}:
+            raise ValueError(f"served_model_name: {self.served_model_name!r} is not one of policies "
+                             f"({', '.join(p.name for p in self.policies)}); with policies, leave it unset")
+        self._table = PolicyTable(self.policies) if self.policies else single(self.served_model_name)
+        return self
+
+    @property
+    def policy_table(self) -> PolicyTable:
+        return self._table

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +21,11 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlstack.common.auth import bearer
+from rlstack.common.policies import Dialect, PolicyTable, single
 from rlstack.common.trial_keys import TRIAL_PATH
 from rlstack.proxy.edge.bodies import problem
 from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
-from rlstack.proxy.names import REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
+from rlstack.proxy.names import POLICY_HEADER, REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,6 @@ CHAT_PATHS = {"/v1/chat/completions", "/chat/completions"}
 MESSAGES_PATHS = {"/v1/messages", "/messages"}
 COUNT_PATHS = {"/v1/messages/count_tokens", "/messages/count_tokens"}
 RESPONSES_PATHS = {"/v1/responses", "/responses"}
-CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
-OPENAI = re.compile(r"^(openai/)?(gpt-|codex-|o\d)[A-Za-z0-9._-]*$")
-"""OpenAI model names a Responses client (codex) asks for by default: served by the policy, as claude-* is."""
 OTHER_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/models"), ("GET", "/health/liveliness"), ("GET", "/health/liveness")})
 """LiteLLM's routes let through besides the model calls. The rest (hundreds) are closed: with a
 trial key an agent reached /v1/completions (each failure cooled the replica's
@@ -74,9 +71,9 @@ class FrontMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        served_model_name: str,
-        replica_urls: Callable[[], list[str]],
-        max_context: Callable[[], int],
+        policies: PolicyTable | str,
+        replica_urls: Callable[[str], list[str]],
+        max_context: Callable[[str], int],
         min_completion_tokens: int,
         replica_api_key: str | None,
         max_tokens_cap: int | None = None,
@@ -94,9 +91,12 @@ class FrontMiddleware:
         self.max_tokens_cap = max_tokens_cap
         self.stream_shim = stream_shim
         self.app = app
-        self.served_model_name = served_model_name
+        self.policies = single(policies) if isinstance(policies, str) else policies
+        """Which policy answers each model name; a name none claims is a 404."""
         self.replica_urls = replica_urls
+        """A policy's ready replicas' URLs."""
         self.max_context = max_context
+        """A policy's context length (the least of its replicas')."""
         self.min_completion_tokens = min_completion_tokens
         self.replica_headers = bearer(replica_api_key)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=3.0))
@@ -110,7 +110,7 @@ class FrontMiddleware:
             return
         scope = dict(scope)
         headers = MutableHeaders(scope=scope)
-        for own in (TRIAL_HEADER, STREAMED_HEADER, REQUESTED_MODEL_HEADER):
+        for own in (TRIAL_HEADER, STREAMED_HEADER, REQUESTED_MODEL_HEADER, POLICY_HEADER):
             if own in headers:
                 del headers[own]  # identity and call facts come from the edge, never a client header
         match = TRIAL_PATH.match(scope["path"])
@@ -134,15 +134,16 @@ class FrontMiddleware:
         try:
             self._authorize(headers, anthropic)
             raw = await _read_body(receive)
-            body = self._parse(raw, kind)
+            body, policy = self._parse(raw, kind)
             requested = body["model"]
-            body["model"] = self.served_model_name
+            body["model"] = policy
             headers[REQUESTED_MODEL_HEADER] = requested[:200]
+            headers[POLICY_HEADER] = policy
             if path in COUNT_PATHS:
-                await self._count_tokens(body, send)
+                await self._count_tokens(body, policy, send)
                 return
-            await self._ready_replicas(anthropic)
-            await self._clamp(body, raw, kind)
+            await self._ready_replicas(policy, anthropic)
+            await self._clamp(body, raw, kind, policy)
         except FrontError as exc:
             await _respond(send, exc.status, exc.body())
             return
@@ -191,7 +192,8 @@ class FrontMiddleware:
         worst = max(refusals, key=lambda r: r.status)  # another trial's path (403) says more than a bad key
         raise FrontError(worst.status, worst.message, "authorization", anthropic)
 
-    def _parse(self, raw: bytes, kind: str) -> dict[str, Any]:
+    def _parse(self, raw: bytes, kind: Dialect) -> tuple[dict[str, Any], str]:
+        """The body, checked, and the policy that answers the model it names."""
         anthropic = kind in ("messages", "count_tokens")
         try:
             body = orjson.loads(raw)
@@ -202,33 +204,30 @@ class FrontMiddleware:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise FrontError(400, "model: required (a string)", "model", anthropic)
-        if not self._serves(model, kind):
-            served = [self.served_model_name, f"hosted_vllm/{self.served_model_name}", "claude-*",
-                      *(["gpt-*", "codex-*", "o<digit>*"] if kind == "responses" else [])]
-            raise FrontError(404, f"model: {model!r} is not served here; served models: {served}", "model", anthropic)
-        bad = problem(body, kind)  # type: ignore[arg-type]
+        policy = self.policies.route(model, kind)
+        if policy is None:
+            served = "; ".join(f"{name}: {', '.join(claims)}" for name, claims in self.policies.served(kind).items())
+            raise FrontError(404, f"model: {model!r} is not served here; served models, by policy: {served}", "model", anthropic)
+        bad = problem(body, kind)
         if bad is not None:
             raise FrontError(400, bad[1], bad[0], anthropic)
-        return body
+        return body, policy
 
-    def _serves(self, model: str, kind: str) -> bool:
-        return (model in (self.served_model_name, f"hosted_vllm/{self.served_model_name}") or bool(CLAUDE.match(model))
-                or (kind == "responses" and bool(OPENAI.match(model))))
-
-    async def _ready_replicas(self, anthropic: bool) -> list[str]:
-        """The ready replicas' URLs, waiting up to ``replica_wait_seconds`` for one: a gap in routing
-        (a replica re-registering, or out for missed probes) costs the call seconds, not a 503 that
-        can fail a whole trial."""
+    async def _ready_replicas(self, policy: str, anthropic: bool) -> list[str]:
+        """The policy's ready replicas' URLs, waiting up to ``replica_wait_seconds`` for one: a gap in
+        routing (a replica re-registering, or out for missed probes) costs the call seconds, not a
+        503 that can fail a whole trial. Never another policy's replica."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.replica_wait_seconds
-        while not (urls := self.replica_urls()):
+        while not (urls := self.replica_urls(policy)):
             if loop.time() >= deadline:
-                raise FrontError(503, "no inference replica is ready; retry shortly", None, anthropic)
+                raise FrontError(503, f"no inference replica is ready for policy {policy!r}; retry shortly", None, anthropic)
             await asyncio.sleep(REPLICA_POLL_SECONDS)
         return urls
 
-    async def _prompt_tokens(self, body: dict[str, Any], anthropic: bool) -> int:
-        urls = await self._ready_replicas(anthropic)
+    async def _prompt_tokens(self, body: dict[str, Any], policy: str, anthropic: bool) -> int:
+        """Counted by one of the policy's own replicas: its tokenizer is the one the call meets."""
+        urls = await self._ready_replicas(policy, anthropic)
         if anthropic:
             keys = ("model", "messages", "system", "tools", "tool_choice", "thinking")
             request = {k: body[k] for k in keys if k in body}
@@ -248,13 +247,13 @@ class FrontMiddleware:
         except httpx.TransportError as exc:  # gone since discovery last looked: like no replica at all
             raise FrontError(503, f"no inference replica answered ({type(exc).__name__}); retry shortly", None, anthropic) from None
 
-    async def _clamp(self, body: dict[str, Any], raw: bytes, kind: str) -> None:
+    async def _clamp(self, body: dict[str, Any], raw: bytes, kind: str, policy: str) -> None:
         """Shrink max_tokens to what the context leaves after the prompt, instead of a vLLM 400."""
         anthropic = kind in ("messages", "count_tokens")
         field = ("max_output_tokens" if kind == "responses" else
                  "max_tokens" if anthropic or "max_completion_tokens" not in body else "max_completion_tokens")
         requested = body.get(field)
-        context = self.max_context()
+        context = self.max_context(policy)
         if requested is None and self.max_tokens_cap is not None:
             body[field] = requested = self.max_tokens_cap  # the cap bounds calls that name no limit too
         if not isinstance(requested, int):
@@ -269,15 +268,15 @@ class FrontMiddleware:
             if not self.exact_downstream:
                 body[field] = min(requested, max(self.min_completion_tokens, context - len(raw) - 256))
             return
-        prompt = await self._prompt_tokens(body, anthropic)
+        prompt = await self._prompt_tokens(body, policy, anthropic)
         room = context - prompt
         if room < self.min_completion_tokens:
             raise FrontError(400, f"messages: prompt is {prompt} tokens; the context holds {context}", "messages", anthropic)
         if requested > room:
             body[field] = room
 
-    async def _count_tokens(self, body: dict[str, Any], send: Send) -> None:
-        count = await self._prompt_tokens(body, anthropic=True)
+    async def _count_tokens(self, body: dict[str, Any], policy: str, send: Send) -> None:
+        count = await self._prompt_tokens(body, policy, anthropic=True)
         await _respond(send, 200, orjson.dumps({"input_tokens": count}))
 
 

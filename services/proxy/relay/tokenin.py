@@ -37,7 +37,7 @@ import orjson
 from aiohttp import web
 
 from rlstack.proxy.edge.sse import dumps, loads
-from rlstack.proxy.names import CALL_HEADER, RELAY_PREFIX, TRIAL_HEADER
+from rlstack.proxy.names import CALL_HEADER, POLICY_HEADER, RELAY_PREFIX, TRIAL_HEADER
 from rlstack.proxy.relay import versions
 from rlstack.proxy.relay.thread_log import ThreadLog
 from rlstack.proxy.relay.threads import (
@@ -90,7 +90,8 @@ class TokenInUpstream:
         if replica_api_key:
             self.replica_headers["authorization"] = f"Bearer {replica_api_key}"
         self.timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=3.0)
-        self.threads = ThreadTable()
+        self.threads: dict[str, ThreadTable] = {}
+        """Per policy, its threads of each trial: a call continues only threads its own policy sampled."""
         self.turn_ends: dict[str, int | None] = {}
         """Per replica, the id its chat template closes an assistant turn with (probed once)."""
         self.outcomes: OrderedDict[str, CallOutcome] = OrderedDict()
@@ -126,8 +127,14 @@ class TokenInUpstream:
     def outcome(self, call_id: str) -> CallOutcome | None:
         return self.outcomes.pop(call_id, None)
 
+    def _threads(self, policy: str) -> ThreadTable:
+        if policy not in self.threads:
+            self.threads[policy] = ThreadTable()
+        return self.threads[policy]
+
     def end_trial(self, trial: str) -> None:
-        self.threads.end(trial)
+        for table in self.threads.values():
+            table.end(trial)
         if self.thread_log is not None:
             self.thread_log.forget(trial)
 
@@ -137,11 +144,15 @@ class TokenInUpstream:
         endpoint = self.view.endpoints.get(request.match_info["replica"])
         if endpoint is None:  # worded so the failure hook drops the deployment at once
             return _error(502, f"replica {request.match_info['replica']}: connection refused (no longer registered)")
+        policy = request.headers.get(POLICY_HEADER, endpoint.model)
+        if policy != endpoint.model:  # LiteLLM's routes never cross policies; if one did, the call must not be answered
+            return _error(502, f"replica {endpoint.id} serves policy {endpoint.model!r}, not this call's {policy!r}")
         base = str(endpoint.url).rstrip("/")
         raw = await request.read()
         body = loads(raw)
         trial = request.headers.get(TRIAL_HEADER)
         call_id = request.headers.get(CALL_HEADER)
+        threads = self._threads(endpoint.model)
         try:
             if body.get("stream"):  # --stream-mode litellm: vLLM's events, passed through as they come
                 return await self._stream(request, base, raw, body, call_id)
@@ -152,16 +163,16 @@ class TokenInUpstream:
                 self._note(call_id, CallOutcome(None, None, versions=sampled))
                 return _json(versions.stamp(answer, sampled))
             messages = body.get("messages") or []
-            if not self.threads.may_continue(trial, messages) and not await self._take_up(trial, messages):
+            if not threads.may_continue(trial, messages) and not await self._take_up(threads, trial, messages):
                 # a first call, a side call or an edited history
                 answer, sampled = await self._one_hop(base, await self._fit(base, endpoint.id, raw, body), body)
                 turn_end = await self._turn_end(base, endpoint.id, body.get("model"))
                 prompt = answer.get("prompt_token_ids") or []
-                edited = self.threads.starts_like(trial, messages, body.get("tools"))
-                self._remember(trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
+                edited = threads.starts_like(trial, messages, body.get("tools"))
+                self._remember(threads, trial, call_id, prompt, Plan(prompt=prompt, segment="history_edited" if edited else None),
                                body, answer, eos_stop=ended_on_turn_end(answer, turn_end), sampled=sampled)
                 return _json(versions.stamp(answer, sampled))
-            answer, sampled = await self._spliced(base, trial, call_id, body, endpoint.id)
+            answer, sampled = await self._spliced(threads, base, trial, call_id, body, endpoint.id)
             return _json(versions.stamp(answer, sampled))
         except UpstreamError as exc:
             return web.Response(status=exc.status, body=exc.body, content_type="application/json")
@@ -173,19 +184,19 @@ class TokenInUpstream:
             log.exception("replica %s: unexpected answer", endpoint.id)
             return _error(502, f"replica {endpoint.id}: unexpected answer ({type(exc).__name__}: {exc})")
 
-    async def _take_up(self, trial: str, messages: list) -> bool:
+    async def _take_up(self, threads: ThreadTable, trial: str, messages: list) -> bool:
         """Take up the heads other processes logged for the trial since the last look; does the call
         continue one of them now?"""
-        if self.thread_log is None or trial in self.threads.ended:
+        if self.thread_log is None or trial in threads.ended:
             return False
         heads = await asyncio.to_thread(self.thread_log.new_heads, trial)
-        adopted = self.threads.adopt(trial, heads)
+        adopted = threads.adopt(trial, heads)
         if not adopted:
             return False
         log.info("trial %s: took up %d thread head(s) from other proxy processes' records", trial, adopted)
         if self.adopted is not None:
             self.adopted(adopted)
-        return self.threads.may_continue(trial, messages)
+        return threads.may_continue(trial, messages)
 
     async def _fit(self, base: str, replica_id: str, raw: bytes, body: dict[str, Any]) -> bytes:
         """A call's output limit cut to what the context leaves after its prompt, counted exactly
@@ -223,17 +234,17 @@ class TokenInUpstream:
             log.debug("no weight-version label from %s: %s", base, exc)
             return None
 
-    async def _spliced(self, base: str, trial: str, call_id: str | None, body: dict[str, Any],
+    async def _spliced(self, threads: ThreadTable, base: str, trial: str, call_id: str | None, body: dict[str, Any],
                        replica_id: str) -> tuple[dict, list[list[int] | None]]:
         rendered = await self._post(f"{base}/v1/chat/completions/render", dumps(body))
         ids = rendered["token_ids"]
         turn_end = await self._turn_end(base, replica_id, body.get("model"))
         messages = body.get("messages") or []
-        plan = self.threads.plan(trial, ids, messages, turn_end)
+        plan = threads.plan(trial, ids, messages, turn_end)
         if plan.unclosed is not None:  # the reply renders with no end of turn: render the history through it
             through = await self._post(f"{base}/v1/chat/completions/render", dumps(
                 {**body, "messages": messages[:plan.unclosed.messages_len + 1], "add_generation_prompt": False}))
-            plan = self.threads.splice_through(plan.unclosed, ids, through["token_ids"], turn_end)
+            plan = threads.splice_through(plan.unclosed, ids, through["token_ids"], turn_end)
         params = rendered["sampling_params"]
         room = self.view.max_model_len.get(replica_id, self.view.default_context) - len(plan.prompt)
         if room < 1:
@@ -257,7 +268,8 @@ class TokenInUpstream:
         adapter = versions.of_adapter(body.get("model"))
         sampled = [[adapter] if adapter is not None else versions.from_spans(c.get("weight_versions"))
                    for c in generated.get("choices") or []]
-        self._remember(trial, call_id, ids, plan, body, answer, eos_stop=ended_on_turn_end(generated, turn_end), sampled=sampled)
+        self._remember(threads, trial, call_id, ids, plan, body, answer, eos_stop=ended_on_turn_end(generated, turn_end),
+                       sampled=sampled)
         return answer, sampled
 
     def _note(self, call_id: str | None, outcome: CallOutcome) -> None:
@@ -266,14 +278,14 @@ class TokenInUpstream:
             while len(self.outcomes) > MAX_OUTCOMES:
                 self.outcomes.popitem(last=False)
 
-    def _remember(self, trial: str, call_id: str | None, rendered: list[int], plan: Plan, body: dict, answer: dict,
-                  eos_stop: bool, sampled: list[list[int] | None]) -> None:
+    def _remember(self, threads: ThreadTable, trial: str, call_id: str | None, rendered: list[int], plan: Plan, body: dict,
+                  answer: dict, eos_stop: bool, sampled: list[list[int] | None]) -> None:
         choices = answer.get("choices") or []
         if not choices or not rendered:
             self._note(call_id, CallOutcome(None, None, versions=sampled))
             return
         choice = choices[0]
-        head = self.threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
+        head = threads.record(trial, str(answer.get("id") or call_id), rendered, plan, choice.get("token_ids") or [],
                             choice.get("finish_reason"), eos_stop, messages=body.get("messages") or [],
                             reply=choice.get("message") or {}, tools=body.get("tools"))
         self._note(call_id, CallOutcome(plan.splice, plan.segment, head, versions=sampled))

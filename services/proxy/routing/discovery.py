@@ -1,8 +1,9 @@
 """Keeps LiteLLM's router in step with the registry: ready replicas in, dead ones out.
 
-Each ready replica is one deployment of the served model (spread by LiteLLM's least-busy
-strategy) and also a pinned group ``<served>@<replica id>`` for trial-sticky routing, whose
-fallback is the shared group: a pinned replica that dies sends its trial elsewhere at once.
+Each ready replica is one deployment of its policy's group, named as the policy (spread by
+LiteLLM's least-busy strategy), and also a pinned group ``<policy>@<replica id>`` for
+trial-sticky routing, whose fallback is its policy's group: a pinned replica that dies sends its
+trial to another replica of the same policy at once, never to another policy's.
 Like a Kubernetes controller, discovery renders the whole desired router state from the
 registry (URLs, served names, lora adapters) and re-applies it whenever it differs from the
 state last applied: a change of adapter label alone moves the policy to the new adapter.
@@ -20,6 +21,7 @@ import httpx
 
 from rlstack.common.auth import bearer
 from rlstack.common.contracts.registry import Endpoint
+from rlstack.common.policies import PolicyTable, single
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import serves
 from rlstack.proxy.litellm_tuning import FREE
@@ -31,33 +33,44 @@ MAX_DEPARTED = 1024
 
 
 class ReplicaView:
-    """The ready replicas as last seen, for routing decisions and the front layer."""
+    """The ready replicas of the run's policies as last seen, for routing decisions and the front layer.
 
-    def __init__(self, served_model_name: str, default_context: int) -> None:
-        self.served_model_name = served_model_name
+    A replica's policy is the name it serves (``Endpoint.model``); the view holds those of every
+    declared policy, and each question a call asks of it is asked of its own policy's replicas.
+    """
+
+    def __init__(self, policies: PolicyTable | str, default_context: int) -> None:
+        self.table = single(policies) if isinstance(policies, str) else policies
+        self.default_policy = self.table.names()[0]
+        """The first policy (a one-policy run's only one): what a record names when nothing else does."""
         self.default_context = default_context
         self.endpoints: dict[str, Endpoint] = {}
         self.max_model_len: dict[str, int] = {}
         self.revision = -1
-        self.departed: dict[str, None] = {}
-        """Replicas that served and left, newest last: their pinned groups keep a fallback (a call
-        pinned just before its replica left, or retried after, goes to the shared group, not 400)."""
+        self.departed: dict[str, str] = {}
+        """Replicas that served and left, newest last, with their policy: their pinned groups keep a
+        fallback (a call pinned just before its replica left, or retried after, goes to the policy's
+        shared group, not 400)."""
 
     def set_endpoints(self, ready: dict[str, Endpoint]) -> None:
         for rid in self.endpoints.keys() - ready.keys():
             self.departed.pop(rid, None)
-            self.departed[rid] = None
+            self.departed[rid] = self.endpoints[rid].model
         for rid in ready:
             self.departed.pop(rid, None)
         while len(self.departed) > MAX_DEPARTED:
             del self.departed[next(iter(self.departed))]
         self.endpoints = ready
 
-    def urls(self) -> list[str]:
-        return [str(e.url).rstrip("/") for e in self.endpoints.values()]
+    def of(self, policy: str) -> dict[str, Endpoint]:
+        """The policy's ready replicas."""
+        return {rid: e for rid, e in self.endpoints.items() if e.model == policy}
 
-    def context(self) -> int:
-        lengths = [self.max_model_len.get(i, self.default_context) for i in self.endpoints]
+    def urls(self, policy: str) -> list[str]:
+        return [str(e.url).rstrip("/") for e in self.of(policy).values()]
+
+    def context(self, policy: str) -> int:
+        lengths = [self.max_model_len.get(i, self.default_context) for i in self.of(policy)]
         return min(lengths) if lengths else self.default_context
 
     def by_url(self, api_base: str | None) -> Endpoint | None:
@@ -71,14 +84,18 @@ class ReplicaView:
                 return e
         return None
 
-    def sticky_replica(self, key: str) -> str | None:
-        """Rendezvous hashing: a trial keeps its replica while it lives; losing one moves only its trials."""
-        if not self.endpoints:
+    def sticky_replica(self, key: str, policy: str | None = None) -> str | None:
+        """Rendezvous hashing over the policy's replicas: a trial keeps its replica of each policy
+        while it lives; losing one moves only its trials."""
+        candidates = self.of(policy) if policy is not None else self.endpoints
+        if not candidates:
             return None
-        return max(self.endpoints, key=lambda rid: hashlib.blake2b(f"{key}|{rid}".encode(), digest_size=8).digest())
+        return max(candidates, key=lambda rid: hashlib.blake2b(f"{key}|{rid}".encode(), digest_size=8).digest())
 
     def pinned_group(self, replica_id: str) -> str:
-        return f"{self.served_model_name}@{replica_id}"
+        endpoint = self.endpoints.get(replica_id)
+        policy = endpoint.model if endpoint is not None else self.departed.get(replica_id, self.default_policy)
+        return f"{policy}@{replica_id}"
 
 
 RouterState = tuple[list[dict], list[dict]]
@@ -94,16 +111,18 @@ class Relay(Protocol):
 
 
 def model_list(view: ReplicaView, api_key: str | None, timeout: float, relay: Relay | None = None) -> RouterState:
+    """Each replica a deployment of its policy's group and of its own pinned group, whose fallback
+    is its policy's group: no route, fallback included, leads from one policy to another's replica."""
     deployments, fallbacks = [], []
     for rid, e in view.endpoints.items():
-        upstream = e.labels.get("adapter") or view.served_model_name  # lora sync: the newest adapter serves the policy
+        upstream = e.labels.get("adapter") or e.model  # lora sync: the newest adapter serves the policy
         api_base = relay.api_base(rid) if relay else str(e.url).rstrip("/") + "/v1"
         params = {"model": f"hosted_vllm/{upstream}", "api_base": api_base,
                   "api_key": relay.token if relay else api_key or "none", "timeout": timeout}
-        deployments.append({"model_name": view.served_model_name, "litellm_params": params, "model_info": {"id": rid, **FREE}})
+        deployments.append({"model_name": e.model, "litellm_params": params, "model_info": {"id": rid, **FREE}})
         deployments.append({"model_name": view.pinned_group(rid), "litellm_params": dict(params), "model_info": {"id": f"{rid}@pinned", **FREE}})
-        fallbacks.append({view.pinned_group(rid): [view.served_model_name]})
-    fallbacks += [{view.pinned_group(rid): [view.served_model_name]} for rid in view.departed]
+        fallbacks.append({view.pinned_group(rid): [e.model]})
+    fallbacks += [{view.pinned_group(rid): [policy]} for rid, policy in view.departed.items()]
     return deployments, fallbacks
 
 
@@ -118,9 +137,17 @@ class Discovery:
         self.applied: RouterState = ([], [])
         """The router state LiteLLM has now (none at start); compared with the desired one on every refresh."""
         self._recheck = asyncio.Event()
+        self.undeclared: set[str] = set()
+        """Served names of registered replicas that no policy declares, warned about once each."""
 
     async def refresh(self, endpoints: list[Endpoint], revision: int) -> None:
-        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and serves(e, self.view.served_model_name)}
+        policies = self.view.table.names()
+        ready = {e.id: e for e in sorted(endpoints, key=lambda e: e.id) if e.ready and any(serves(e, p) for p in policies)}
+        for e in endpoints:
+            if e.model not in policies and e.model not in self.undeclared:
+                self.undeclared.add(e.model)
+                log.warning("replica %s serves %r, which no policy of this run declares (%s): not routed", e.id, e.model,
+                            ", ".join(policies))
         for rid, e in ready.items():
             if rid not in self.view.max_model_len:
                 self.view.max_model_len[rid] = await self._max_model_len(e)
@@ -136,7 +163,7 @@ class Discovery:
         self.apply(*desired)
         self.applied = desired
         self.updates += 1
-        upstreams = {rid: e.labels.get("adapter") or self.view.served_model_name for rid, e in self.view.endpoints.items()}
+        upstreams = {rid: e.labels.get("adapter") or e.model for rid, e in self.view.endpoints.items()}
         log.info("router updated: %s", upstreams or "no replicas")
 
     async def _max_model_len(self, e: Endpoint) -> int:
@@ -185,10 +212,11 @@ class Discovery:
     def forget(self, replica_id: str) -> None:
         """Drop a replica that refused a connection, without waiting for the registry to notice.
 
-        The last replica is never dropped this way (LiteLLM's retries and the registry decide),
+        A policy's last replica is never dropped this way (LiteLLM's retries and the registry decide),
         and the registry is asked again shortly after, so a false alarm costs seconds, not a replica.
         """
-        if replica_id in self.view.endpoints and len(self.view.endpoints) > 1:
+        endpoint = self.view.endpoints.get(replica_id)
+        if endpoint is not None and len(self.view.of(endpoint.model)) > 1:
             self.view.set_endpoints({rid: e for rid, e in self.view.endpoints.items() if rid != replica_id})
             log.warning("replica %s refused a connection; routing around it", replica_id)
             self._apply_if_changed()

@@ -18,7 +18,13 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from rlstack.common.contracts.trajectory import SpliceInfo, TrajectoryChoice, TrajectoryRecord
 from rlstack.proxy.metrics import ProxyMetrics
-from rlstack.proxy.names import CALL_HEADER, REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
+from rlstack.proxy.names import (
+    CALL_HEADER,
+    POLICY_HEADER,
+    REQUESTED_MODEL_HEADER,
+    STREAMED_HEADER,
+    TRIAL_HEADER,
+)
 from rlstack.proxy.records.writer import TrajectoryWriter
 from rlstack.proxy.relay.tokenin import TokenInUpstream
 from rlstack.proxy.routing.discovery import Discovery, ReplicaView
@@ -40,6 +46,7 @@ class CallContext:
     api: str
     requested_model: str | None
     request: dict[str, Any]
+    policy: str
     streamed: bool = False
     created: float = field(default_factory=time.time)
 
@@ -62,6 +69,7 @@ class RLStackHooks(CustomLogger):
         run, trial = meta.get("rlstack_run", "default"), meta.get("rlstack_trial", "default")
         headers = (data.get("proxy_server_request") or {}).get("headers") or {}
         api = CALL_TYPES[call_type]
+        policy = str(data.get("model") or self.view.default_policy)  # the edge made it the policy's name
         if api == "responses":
             # LiteLLM would pass a Responses call to vLLM's own /v1/responses, which returns no token
             # ids; its bridge makes it a chat completion, which the relay keeps exact (and splices).
@@ -70,7 +78,7 @@ class RLStackHooks(CustomLogger):
         if call_id and run != HEALTH_RUN:
             self._expire_old()
             request = {k: data[k] for k in REQUEST_KEYS if k in data}
-            self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request,
+            self.calls[call_id] = CallContext(run, trial, api, headers.get(REQUESTED_MODEL_HEADER), request, policy,
                                               streamed=headers.get(STREAMED_HEADER) == "1" or bool(data.get("stream")))
             self.pending[f"{run}/{trial}"] += 1
         # vLLM's own ids and logprobs, on every upstream call.
@@ -80,9 +88,10 @@ class RLStackHooks(CustomLogger):
         data["extra_body"] = extra
         if self.token_in is not None and call_id and run != HEALTH_RUN:
             # Token-in keeps each trial's threads; it learns which trial (and which call) from these.
-            data["extra_headers"] = {**(data.get("extra_headers") or {}), TRIAL_HEADER: f"{run}/{trial}", CALL_HEADER: call_id}
-        if self.sticky and len(self.view.endpoints) > 1:
-            replica = self.view.sticky_replica(f"{run}/{trial}")
+            data["extra_headers"] = {**(data.get("extra_headers") or {}), TRIAL_HEADER: f"{run}/{trial}", CALL_HEADER: call_id,
+                                     POLICY_HEADER: policy}
+        if self.sticky and len(self.view.of(policy)) > 1:
+            replica = self.view.sticky_replica(f"{run}/{trial}", policy)
             if replica is not None:
                 data["model"] = self.view.pinned_group(replica)
         return data
@@ -146,7 +155,7 @@ class RLStackHooks(CustomLogger):
         record = TrajectoryRecord(
             run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
             started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
-            requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or self.view.served_model_name,
+            requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or ctx.policy,
             replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
             weight_version=oldest, request=ctx.request, streamed=ctx.streamed,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),

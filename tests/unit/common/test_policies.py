@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pydantic import ValidationError
 
 from rlstack.common.model_families import MODEL_RECORD, ModelFamilyError
 from rlstack.common.policies import PolicyRoute, PolicyTable, declared_family, single
-from rlstack.proxy.edge.front import CLAUDE, OPENAI
+
+CLAUDE = re.compile(r"^(anthropic/)?claude-[A-Za-z0-9._-]+$")
+OPENAI = re.compile(r"^(openai/)?(gpt-|codex-|o\d)[A-Za-z0-9._-]*$")
+"""The proxy front's rule before policies (``proxy/edge/front.py`` at 8d0735c), kept as the reference."""
 
 NAMES = ["policy", "hosted_vllm/policy", "claude-sonnet-4-5", "anthropic/claude-haiku-4-5", "claude-3-opus-20240229",
          "gpt-5", "openai/gpt-4.1-mini", "codex-mini-latest", "o1", "o3-mini", "o4", "omni", "gpt4", "llama3",

@@ -24,7 +24,7 @@ async def echo(request: Request) -> JSONResponse:
 
 def client(cap=None) -> httpx.AsyncClient:
     inner = Starlette(routes=[Route("/v1/chat/completions", echo, methods=["POST"]), Route("/v1/messages", echo, methods=["POST"])])
-    app = FrontMiddleware(inner, "policy", lambda: ["http://127.0.0.1:9"], lambda: 32768, 16, None, max_tokens_cap=cap)
+    app = FrontMiddleware(inner, "policy", lambda _policy: ["http://127.0.0.1:9"], lambda _policy: 32768, 16, None, max_tokens_cap=cap)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front")
 
 

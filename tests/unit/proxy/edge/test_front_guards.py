@@ -32,8 +32,8 @@ async def echo(request: Request) -> JSONResponse:
 def call(path: str, body: dict | bytes, headers: dict | None = None, cap: int | None = None,
          authorize=None, replicas=("http://127.0.0.1:9",), wait: float = 0.0) -> httpx.Response:  # noqa: ANN001
     inner = Starlette(routes=[Route(p, echo, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/messages", "/v1/responses")])
-    urls = replicas if callable(replicas) else lambda: list(replicas)
-    app = FrontMiddleware(inner, "policy", urls, lambda: 32768, 16, None, max_tokens_cap=cap, authorize=authorize,
+    urls = replicas if callable(replicas) else lambda _policy: list(replicas)
+    app = FrontMiddleware(inner, "policy", urls, lambda _policy: 32768, 16, None, max_tokens_cap=cap, authorize=authorize,
                           replica_wait_seconds=wait)
 
     async def go() -> httpx.Response:
@@ -121,7 +121,7 @@ def test_a_call_waits_out_a_gap_in_routing_and_only_then_is_a_503():
     """A replica back in routing within ``replica_wait_seconds`` serves the waiting call; none is a 503."""
     looks = 0
 
-    def back_on_the_fifth_look() -> list[str]:
+    def back_on_the_fifth_look(policy: str) -> list[str]:
         nonlocal looks
         looks += 1
         return ["http://127.0.0.1:9"] if looks >= 5 else []
@@ -161,7 +161,7 @@ def test_litellm_routes_beyond_the_model_calls_are_closed(method, path):
     reached = []
     inner = Starlette(routes=[Route(path.removeprefix("/trials/r/t"), lambda request: reached.append(1) or JSONResponse({}),
                                     methods=[method])])
-    app = FrontMiddleware(inner, "policy", lambda: ["http://127.0.0.1:9"], lambda: 32768, 16, None)
+    app = FrontMiddleware(inner, "policy", lambda _policy: ["http://127.0.0.1:9"], lambda _policy: 32768, 16, None)
 
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://front") as client:
