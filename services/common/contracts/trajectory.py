@@ -84,6 +84,9 @@ class TrajectoryRecord(BaseModel):
     answered_by: str | None = Field(default=None, validation_alias=AliasChoices("answered_by", "served_model"))
     """The name the replica answered under: the served model, or under LoRA sync the adapter of the
     weight version that answered (records written before this name say ``served_model``)."""
+    policy: str | None = None
+    """The policy the proxy routed the call to (its replicas' served name); None in records from
+    before policies: the run's only policy."""
     replica_id: str | None = None
     replica_url: str | None = None
     weight_version: int | None = None

@@ -41,6 +41,17 @@ class ThreadLog:
     def new_heads(self, trial: str) -> list[tuple[Head, str | None]]:
         """Heads in the trial's records that other writers appended since the last read, in the order
         their calls started, each with the head it replaced. Blocking file reads: run in a thread."""
+        return [(head, replaced) for head, replaced, _ in self._new_heads(trial)]
+
+    def new_heads_by_policy(self, trial: str, default: str) -> dict[str, list[tuple[Head, str | None]]]:
+        """``new_heads`` filed by the policy that served each (``default`` for records from before
+        policies): each policy's threads take up only its own, and none is lost to another's read."""
+        by_policy: dict[str, list[tuple[Head, str | None]]] = {}
+        for head, replaced, policy in self._new_heads(trial):
+            by_policy.setdefault(policy or default, []).append((head, replaced))
+        return by_policy
+
+    def _new_heads(self, trial: str) -> list[tuple[Head, str | None, str | None]]:
         run, _, name = trial.partition("/")
         if not (_ID.match(run) and _ID.match(name)):
             return []
@@ -58,7 +69,7 @@ class ThreadLog:
         for record in records:
             head = Head.from_record(record)
             if head is not None:
-                heads.append((head, replaced_head(record.splice)))
+                heads.append((head, replaced_head(record.splice), record.policy))
         return heads
 
     def forget(self, trial: str) -> None:

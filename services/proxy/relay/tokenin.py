@@ -189,8 +189,8 @@ class TokenInUpstream:
         continue one of them now?"""
         if self.thread_log is None or trial in threads.ended:
             return False
-        heads = await asyncio.to_thread(self.thread_log.new_heads, trial)
-        adopted = threads.adopt(trial, heads)
+        by_policy = await asyncio.to_thread(self.thread_log.new_heads_by_policy, trial, self.view.default_policy)
+        adopted = sum(self._threads(policy).adopt(trial, heads) for policy, heads in by_policy.items())
         if not adopted:
             return False
         log.info("trial %s: took up %d thread head(s) from other proxy processes' records", trial, adopted)

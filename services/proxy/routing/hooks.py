@@ -155,7 +155,7 @@ class RLStackHooks(CustomLogger):
         record = TrajectoryRecord(
             run_id=ctx.run, trial_id=ctx.trial, request_id=body.get("id") or call_id, api=ctx.api,  # type: ignore[arg-type]
             started_at=started, ended_at=ended, latency_seconds=max(0.0, ended - started),
-            requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or ctx.policy,
+            requested_model=ctx.requested_model, answered_by=_upstream_model(kwargs) or body.get("model") or ctx.policy, policy=ctx.policy,
             replica_id=replica.id if replica else None, replica_url=str(replica.url) if replica else params.get("api_base"),
             weight_version=oldest, request=ctx.request, streamed=ctx.streamed,
             prompt_token_ids=body.get("prompt_token_ids") or [], choices=choices, usage=body.get("usage"),

@@ -37,7 +37,7 @@ class Served:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def call(self, call_id: str, rendered: list[int], messages: list[dict], reply: list[int], text: str,
-             table: ThreadTable | None = None) -> Plan:
+             table: ThreadTable | None = None, policy: str | None = None) -> Plan:
         table = table or self.table
         plan = table.plan(TRIAL, rendered, messages)
         head = table.record(TRIAL, call_id, rendered, plan, reply, "stop", eos_stop=True, messages=messages,
@@ -48,7 +48,7 @@ class Served:
             ended_at=time.time(), latency_seconds=0.0, prompt_token_ids=plan.prompt,
             choices=[TrajectoryChoice(index=0, message=assistant(text), finish_reason="stop", completion_token_ids=reply)],
             splice=SpliceInfo(onto=splice.onto, prefix_tokens=splice.prefix_tokens, tail_tokens=splice.tail_tokens)
-            if splice else None, thread=head.logged())
+            if splice else None, thread=head.logged(), policy=policy)
         with self.path.open("a") as f:
             f.write(record.model_dump_json() + "\n")
         return plan
@@ -146,3 +146,16 @@ def test_a_request_that_carries_its_own_thread_null_key_still_leaves_its_head(tm
     served.path.write_text(record.model_dump_json() + "\n")
     assert b'"thread":null' in served.path.read_bytes()
     assert [h.request_id for h, _ in ThreadLog(tmp_path, "pod-b-1").new_heads(TRIAL)] == ["c0"]
+
+
+def test_each_policy_takes_up_only_the_heads_its_own_replicas_made(tmp_path: Path) -> None:
+    """Two policies of one trial, both served by a process now gone: read once, each head goes to its
+    own policy's threads (records from before policies to the first one), none to the other's."""
+    renderings, histories, replies = conversation(2)
+    dead = Served(tmp_path, "pod-a-1")
+    dead.call("lead-0", renderings[0], histories[0], replies[0], "r0", policy="lead")
+    dead.call("helper-0", renderings[0], histories[0], replies[0], "r0", table=ThreadTable(), policy="helper")
+    dead.call("old-0", renderings[0], histories[0], replies[0], "r0", table=ThreadTable())
+    by_policy = ThreadLog(tmp_path, "pod-b-1").new_heads_by_policy(TRIAL, "lead")
+    assert {p: [h.request_id for h, _ in heads] for p, heads in by_policy.items()} == {
+        "lead": ["lead-0", "old-0"], "helper": ["helper-0"]}
