@@ -3,7 +3,7 @@
 Format: ``rlst_<payload>.<signature>``, both base64url; the payload is JSON
 ``{"r": run, "t": trial, "e": expiry}``. Anyone with the secret can mint keys (the env server
 that starts a sandbox does); the proxy only verifies. A key lives as long as its trial (the env
-mints it with the agent's timeout plus ``KEY_MARGIN_SECONDS``): one an agent leaks or keeps is
+mints it with the agent's timeout, its sandbox's start allowance and ``KEY_MARGIN_SECONDS``): one an agent leaks or keeps is
 worthless soon after.
 """
 

@@ -300,10 +300,14 @@ class AgentEnvRunner(EnvRunner):
         raise GroupDropped(f"task {task.short_name}: trial {trial} could not be scored after {attempt} attempt(s): "
                            f"{outcome.result.status} {outcome.result.error or why_unscored(outcome)}")
 
+    def key_ttl(self, task: HarborTask) -> float:
+        """A trial key's lifetime: minted before its sandbox starts, so the sandbox's start counts too."""
+        return trial_key_ttl(task, self.s.agent_timeout_seconds, getattr(self.sandbox, "start_allowance_seconds", 0.0))
+
     async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
         agent = agent or self.agent
         async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
-            key = self._trial_key(trial, trial_key_ttl(task, self.s.agent_timeout_seconds))
+            key = self._trial_key(trial, self.key_ttl(task))
             env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name)
             spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
                              agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root, self.journal.directory])

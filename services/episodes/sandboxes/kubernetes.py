@@ -100,6 +100,13 @@ class KubernetesSandbox:
         self._pool_retry_at = 0.0
         self._agents: tuple[str, ...] = ()
 
+    @property
+    def start_allowance_seconds(self) -> float:
+        """How long a trial's pod may take to reach its agent (scheduling, image pulls, a busy node's
+        init containers): its deadline's slack. The trial's key must outlive it (seen on the real node,
+        128 cold pods at once: keys minted with the agent's time alone expired before the first call)."""
+        return float(self.config.deadline_slack_sec)
+
     async def _start(self) -> None:
         """The shared watch and the pool, on the first trial's event loop, once. The sandbox serves
         that loop only: its API client's connections, its watch and its pool's tasks live on it."""
@@ -265,11 +272,14 @@ class KubernetesSandbox:
                 await asyncio.shield(self.manager.delete(name))
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
-        for name in list(self._running):
+        """Every pod of this server's deleted, all at once and beside the pool's close: a stop's grace
+        (60 s) must hold a hundred trials' pods on a busy API server."""
+        async def delete(name: str) -> None:
             with contextlib.suppress(Exception):
                 await self.manager.delete(name)
+
+        await asyncio.gather(self.pool.close() if self.pool is not None else asyncio.sleep(0),
+                             *(delete(name) for name in list(self._running)))
         self._running.clear()
         if self.watch is not None:
             await self.watch.close()

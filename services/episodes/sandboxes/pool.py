@@ -48,8 +48,9 @@ POOL_DIR = ".pool"
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 CLOSE_WAIT_SECONDS = 10.0
 """How long a close waits for the watch to see its starting pods go."""
-CLOSE_ASK_SECONDS = 50.0
-"""Then how long it asks the API, once a second, for those not seen gone (at most ``max_starting``)."""
+CLOSE_ASK_SECONDS = 25.0
+"""Then how long it asks the API, once a second, for those not seen gone (at most ``max_starting``):
+the whole close stays inside a stop's grace (60 s in the chart and under ``rlstack up``)."""
 ORPHAN_AFTER_SECONDS = 60.0
 MAIN_CONTAINER = "trial"
 
@@ -144,23 +145,25 @@ class WarmPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for name in list(self.pods):
-            await self._drop(name, delete=True)
+        await asyncio.gather(*(self._drop(name, delete=True) for name in list(self.pods)))  # at once: a stop's grace is short
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS  # their directories go as the watch sees them go
         while self._deleting and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         deadline = time.monotonic() + CLOSE_ASK_SECONDS
         while self._deleting:  # not seen gone yet (a busy node deletes pods in init for tens of seconds):
-            for name in list(self._deleting):  # the API says when each is gone; past the deadline, or with
-                with contextlib.suppress(Exception):  # the API server away, the next start's sweep takes them
-                    if not await self.manager.delete(name):
-                        self._deleting.discard(name)
-                        await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
-            if not self._deleting or time.monotonic() >= deadline:
-                break
+            await asyncio.gather(*(self._gone_yet(name) for name in list(self._deleting)))  # the API says; past
+            if not self._deleting or time.monotonic() >= deadline:  # the deadline, or with the API server away,
+                break  # the next start's sweep takes them
             await asyncio.sleep(1.0)
         with contextlib.suppress(OSError):  # the run's own directory, once no pod's is left in it
             self._run_dir().rmdir()
+
+    async def _gone_yet(self, name: str) -> None:
+        """Asked again at a close: a pod the API no longer has takes its directory with it."""
+        with contextlib.suppress(Exception):
+            if not await self.manager.delete(name):
+                self._deleting.discard(name)
+                await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
 
     def _run_dir(self) -> Path:
         """``.pool/<run>/``: where every pod directory of this pool's run lies."""

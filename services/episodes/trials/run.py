@@ -96,9 +96,10 @@ def agent_timeout_of(task: HarborTask, override: float | None = None) -> float:
     return override or task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_SEC
 
 
-def trial_key_ttl(task: HarborTask, override: float | None = None) -> float:
-    """How long the trial's key must live: the agent's whole time, plus a margin; not days."""
-    return agent_timeout_of(task, override) + KEY_MARGIN_SECONDS
+def trial_key_ttl(task: HarborTask, override: float | None = None, start_allowance: float = 0.0) -> float:
+    """How long the trial's key must live: the agent's whole time, plus what its sandbox may take to
+    start (a cold pod on a busy node: minutes, all before the agent's first call), plus a margin; not days."""
+    return agent_timeout_of(task, override) + start_allowance + KEY_MARGIN_SECONDS
 
 
 def identity_env(spec: TrialSpec) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A trial's key expires with the trial (agent timeout plus a margin), not days later."""
+"""A trial's key expires with the trial (agent timeout, its sandbox's start, a margin), not days later."""
 
 from __future__ import annotations
 
@@ -31,3 +31,18 @@ def test_a_key_needs_a_finite_positive_lifetime():
     for ttl in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="ttl_seconds"):
             mint("s", "r", "t", ttl_seconds=ttl)
+
+
+def test_a_key_outlives_a_slow_sandbox_start(tmp_path):
+    """The key is minted before the sandbox starts: a cold pod on a busy node reached its agent
+    minutes later (the real node, 128 at once), after a key of the agent's time alone had expired."""
+    from rlstack.episodes.sandboxes import KubernetesSandboxConfig
+    from rlstack.episodes.sandboxes.kubernetes import KubernetesSandbox
+
+    task = HarborTask.load(write_task(tmp_path / "t", agent_timeout_sec=60))
+    config = KubernetesSandboxConfig(bundle_image="b", claim_name="c", trials_dir=tmp_path, trials_subpath="trials",
+                                     deadline_slack_sec=300)
+    env = runner(trial_key_secret="s3cret", run_id="r")
+    assert env.key_ttl(task) == 60 + KEY_MARGIN_SECONDS  # the test's sandbox starts at once
+    env.sandbox = KubernetesSandbox(None, config)
+    assert env.key_ttl(task) == 60 + 300 + KEY_MARGIN_SECONDS
