@@ -17,6 +17,10 @@ call's prompt is a *retry* (the agent asked again after an error), a new sample 
 turn: a sequence of its own, counted as a retry, not a break. Side calls (a title, a
 sub-agent) are simply threads of their own.
 
+Threads never cross policies: with two policies in a run (a lead and the sub-agent it delegates
+to, each its own trained model), a call continues, retries or breaks only threads its own policy
+served, and each sequence names its policy.
+
 Each sequence says what kind of segment it is: ``main`` (the trial's first thread),
 ``sub_agent`` (a thread whose request carries the prompt an earlier call gave a sub-agent tool,
 claude-code's ``Agent``/``Task``), ``after_compaction`` (the agent rewrote its history),
@@ -55,6 +59,8 @@ class AssembledSequence(BaseModel):
     """The versions that sampled its trained tokens, oldest first (the calls' own, from the replica)."""
     unversioned_calls: int = 0
     """Calls whose versions the proxy could not learn: the sequence's versions are then incomplete."""
+    policy: str | None = None
+    """The policy whose replicas sampled it (None: calls logged before policies)."""
 
     @property
     def sampling_versions(self) -> list[int] | None:
@@ -89,6 +95,13 @@ class Assembly(BaseModel):
         """Trained sequences by kind."""
         return dict(Counter(s.kind for s in self.sequences))
 
+    def by_policy(self) -> dict[str | None, list[AssembledSequence]]:
+        """The sequences each policy trains on, in order."""
+        grouped: dict[str | None, list[AssembledSequence]] = {}
+        for s in self.sequences:
+            grouped.setdefault(s.policy, []).append(s)
+        return grouped
+
     @computed_field
     @property
     def merge_share(self) -> float | None:
@@ -100,7 +113,9 @@ class Assembly(BaseModel):
         """What a trial's ``result.json`` says of its assembly."""
         counts = self.model_dump(include={"calls", "merged_calls", "thread_breaks", "failed_calls", "retried_calls",
                                           "spliced_calls", "edited_segments", "merge_share", "segments"})
-        return TrajectoryStats(**counts, sequences=len(self.sequences), trained_tokens=sum(s.trained_tokens for s in self.sequences))
+        policies = dict(Counter(s.policy for s in self.sequences if s.policy is not None))
+        return TrajectoryStats(**counts, sequences=len(self.sequences), trained_tokens=sum(s.trained_tokens for s in self.sequences),
+                               policies=policies)
 
     @property
     def oldest_weight_version(self) -> int | None:
@@ -109,9 +124,10 @@ class Assembly(BaseModel):
 
 
 class _Thread:
-    def __init__(self, prompt: list[int], kind: SegmentKind) -> None:
+    def __init__(self, prompt: list[int], kind: SegmentKind, policy: str | None) -> None:
         self.first_prompt = prompt
         self.kind = kind
+        self.policy = policy
         self.tokens: list[int] = []
         self.masks: list[int] = []
         self.logprobs: list[float] = []
@@ -138,7 +154,8 @@ class _Thread:
 
     def sequence(self) -> AssembledSequence:
         return AssembledSequence(tokens=self.tokens, masks=self.masks, inference_logprobs=self.logprobs, calls=self.calls,
-                                 kind=self.kind, weight_versions=sorted(self.versions), unversioned_calls=self.unversioned)
+                                 kind=self.kind, weight_versions=sorted(self.versions), unversioned_calls=self.unversioned,
+                                 policy=self.policy)
 
 
 def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
@@ -157,22 +174,23 @@ def assemble(records: Iterable[TrajectoryRecord]) -> Assembly:
         calls += 1
         spliced += record.splice is not None and not record.splice.retry
         edited += record.segment == "history_edited"
-        thread = max((t for t in threads if t.continued_by(prompt)), key=lambda t: len(t.tokens), default=None)
+        own = [t for t in threads if t.policy == record.policy]  # another policy's ids are not this one's history
+        thread = max((t for t in own if t.continued_by(prompt)), key=lambda t: len(t.tokens), default=None)
         if thread is not None:
             merged += 1
         else:
             kind: SegmentKind = "main" if not threads else "side_call"
-            if any(prompt in t.prompts for t in threads):
+            if any(prompt in t.prompts for t in own):
                 retried += 1
                 kind = "retry"
             elif record.segment == "history_edited":
                 kind = "after_compaction"  # the agent's own edit: a segment of its own, not drift
-            elif any(_starts_with(prompt, t.first_prompt) for t in threads):
+            elif any(_starts_with(prompt, t.first_prompt) for t in own):
                 breaks += 1
                 kind = "break"
             elif threads and any(p in _request_text(record.request) for p in delegated):
-                kind = "sub_agent"
-            thread = _Thread(prompt, kind)
+                kind = "sub_agent"  # delegated by any policy's thread: the lead's Agent call opens the helper's
+            thread = _Thread(prompt, kind, record.policy)
             threads.append(thread)
         thread.extend(prompt, choice.completion_token_ids, choice.completion_logprobs, choice.weight_versions)
         delegated += _sub_agent_prompts(choice.message)

@@ -127,6 +127,9 @@ class TrajectoryStats(BaseModel):
     """Calls whose history the agent itself changed (compaction): new segments, not breaks."""
     segments: dict[str, int] = Field(default_factory=dict)
     """Trained sequences by kind: main, sub_agent, side_call, after_compaction, retry, break."""
+    policies: dict[str, int] = Field(default_factory=dict)
+    """Trained sequences by the policy that served them: the policies the trial took part in
+    (empty for calls logged before policies)."""
 
 
 class TrialResult(BaseModel):

@@ -112,3 +112,21 @@ def test_segments_are_told_apart_by_kind():
     assert [s.kind for s in out.sequences] == ["main", "sub_agent", "side_call"]
     assert out.segments == {"main": 1, "sub_agent": 1, "side_call": 1} and out.thread_breaks == 0
     assert out.stats().segments == out.segments and out.merged_calls == 2
+
+
+def test_threads_never_cross_policies():
+    """A helper call whose ids happen to extend the lead's thread (same system prompt, same
+    template) starts the helper's own sequence: training the lead on it would train one policy on
+    another's samples. The lead's next call still continues the lead's thread."""
+    system, lead1, tool, helper1, lead2 = [1, 2, 3], [10, 11, 2], [50], [20, 21, 2], [12, 2]
+    records = [call(system, lead1, 0.0), call(system + lead1 + tool, helper1, 1.0),
+               call(system + lead1 + tool, lead2, 2.0)]
+    records[0].policy, records[1].policy, records[2].policy = "lead", "helper", "lead"
+    out = assemble(records)
+    by_policy = out.by_policy()
+    assert [s.tokens for s in by_policy["lead"]] == [system + lead1 + tool + lead2]
+    assert [s.tokens for s in by_policy["helper"]] == [system + lead1 + tool + helper1]
+    assert by_policy["helper"][0].masks == [MASKED] * 7 + helper1  # the lead's tokens are the helper's context only
+    assert out.merged_calls == 1 and out.thread_breaks == 0 and out.retried_calls == 0
+    assert out.stats().policies == {"lead": 1, "helper": 1}
+    assert assemble(records[:1] + records[2:]).stats().policies == {"lead": 1}
