@@ -84,8 +84,9 @@ async def wandb_info(svc: BatcherService = Depends(service)):
 
 
 @router.get("/info", dependencies=WRITE)
-async def info(svc: BatcherService = Depends(service)):
-    trainer = svc.state.trainer
+async def info(policy: str | None = None, svc: BatcherService = Depends(service)):
+    """The trainer's batch shape; ``?policy=``: that policy's trainer's (an rlstack extension)."""
+    trainer = svc.queue_of(policy).trainer
     return {"batch_size": trainer.batch_size if trainer else -1, "max_token_len": trainer.max_token_len if trainer else -1,
             "batch_fill": trainer.batch_fill if trainer else "exact"}  # an rlstack extension: Atropos clients ignore it
 
@@ -98,7 +99,8 @@ async def batch(request: Request) -> Response:
     if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
         raise GroupRejected(422, [{"loc": ["header", SAVED_STEP_HEADER], "msg": "must be a step number (digits)",
                                    "type": "value_error"}], "header")
-    return _json(await request.app.state.batcher.next_batch(int(raw) if raw is not None else None))
+    policy = request.query_params.get("policy")  # an rlstack extension: a policy's own queue
+    return _json(await request.app.state.batcher.next_batch(int(raw) if raw is not None else None, policy))
 
 
 @router.get("/latest_example", dependencies=WRITE)
@@ -130,8 +132,9 @@ async def scored_data_list(request: Request) -> Response:
 
 
 @router.get("/status", response_model=Status, dependencies=WRITE)
-async def status(svc: BatcherService = Depends(service)):
-    return {"current_step": svc.state.step, "queue_size": svc.state.available_groups}
+async def status(policy: str | None = None, svc: BatcherService = Depends(service)):
+    state = svc.queue_of(policy)
+    return {"current_step": state.step, "queue_size": state.available_groups}
 
 
 @router.get("/status-env", response_model=EnvStatus, dependencies=WRITE)

@@ -47,6 +47,8 @@ class BatchServed(BaseModel):
     kind: Literal["batch"] = "batch"
     step: int
     group_ids: list[int]
+    policy: str | None = None
+    """The policy whose trainer took it (None: the first; every record written before policies)."""
 
 
 class StepsSaved(BaseModel):
@@ -54,6 +56,7 @@ class StepsSaved(BaseModel):
 
     kind: Literal["saved"] = "saved"
     step: int
+    policy: str | None = None
 
 
 class GroupsDropped(BaseModel):
@@ -70,6 +73,7 @@ class Snapshot(BaseModel):
     next_group_id: int
     replay: list[int] = []
     """Served steps still to be served again to a resumed trainer."""
+    policy: str | None = None
 
 
 class DataReset(BaseModel):

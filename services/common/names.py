@@ -1,6 +1,9 @@
 """The one shape of the ids that become file names, URL path segments and log fields: runs,
 trials, replicas, trajectory writers. Kubernetes label values are stricter (see ``kube``)."""
 
+POLICY_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+"""A policy's name (its replicas' served name): a Kubernetes label value, as the chart labels each
+policy's Deployments with it."""
 SERVED_MODEL_NAME = "policy"
 """The name vLLM serves the policy under unless told otherwise (``--served-model-name`` everywhere):
 replicas register it, the proxy maps agents' model names onto it, envs and the trainer filter on it."""

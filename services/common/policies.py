@@ -20,12 +20,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from rlstack.common.model_families import ModelFamily, ModelFamilyError, family_of, get_family
+from rlstack.common.names import POLICY_NAME
 
 Dialect = Literal["chat", "messages", "count_tokens", "responses"]
 """The proxy's kinds of model call (``proxy.edge.front``)."""
 
-POLICY_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
-"""A Kubernetes label value: the chart labels each policy's Deployments with it."""
 PROVIDER_PREFIXES = ("anthropic/", "openai/")
 """What LiteLLM-style clients may put before a name (``anthropic/claude-sonnet-4-5``); not part of the claim."""
 HOSTED_PREFIX = "hosted_vllm/"

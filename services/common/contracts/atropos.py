@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from rlstack.common.names import POLICY_NAME
+
 MASKED = -100
 """A ``masks`` entry for a position that is not trained (prompt, tool output): Atropos's convention."""
 
@@ -58,6 +60,8 @@ class TrainerRegistration(BaseModel):
     num_steps: int = -1
     vocab_size: int | None = Field(default=None, ge=1, le=MAX_ID)
     """rlstack extension: the policy's vocabulary; the batcher then refuses token ids at or above it."""
+    policy: str | None = Field(default=None, pattern=POLICY_NAME)
+    """rlstack extension: the policy this trainer trains (its queue in the batcher); absent: the first."""
     batch_fill: Literal["exact", "at_least"] = "exact"
     """rlstack extension: ``exact`` (Atropos's rule) hands out whole groups summing to exactly
     ``batch_size`` sequences; ``at_least`` hands out the oldest whole groups once they reach it
@@ -138,6 +142,10 @@ class ScoredData(BaseModel):
     ``group_size`` members and may have more rows, and advantages are computed over members,
     not rows. Absent: every row is its own member (Atropos)."""
 
+    policy: str | None = Field(default=None, pattern=POLICY_NAME)
+    """rlstack extension: the policy whose trainer takes this group (a run training two policies
+    posts each its own rows); absent: the batcher's first policy (Atropos)."""
+
     @property
     def members(self) -> int:
         return len(set(self.trials)) if self.trials is not None else len(self.tokens)
@@ -189,6 +197,17 @@ class Status(BaseModel):
     queue_size: int
 
 
+class PolicyStatus(BaseModel):
+    """One policy's part of ``/status-env``."""
+
+    model_config = _lenient
+    current_step: int
+    queue_size: int
+    self_queue_size: int
+    trainer_waiting: bool = False
+    batch_size: int | None = None
+
+
 class EnvStatus(BaseModel):
     current_step: int
     queue_size: int
@@ -201,3 +220,7 @@ class EnvStatus(BaseModel):
     trainer_waiting: bool = False
     """rlstack extension: the trainer asked for a batch and the queue could not give one. An env
     never holds back while this is true: no share rule may keep the queue below a batch."""
+    policies: dict[str, PolicyStatus] | None = None
+    """rlstack extension, with several policies: each one's queue as this env sees it (the numbers
+    above are the first's)."""
+
