@@ -63,8 +63,10 @@ class BatcherClient:
         r = await self._call("POST", "/register-env", json=registration.model_dump(exclude_none=True))
         return RegisterEnvResponse.model_validate_json(r.content)
 
-    async def info(self) -> BatcherInfo:
-        return BatcherInfo.model_validate_json((await self._call("GET", "/info")).content)
+    async def info(self, policy: str | None = None) -> BatcherInfo:
+        """``policy``: that policy's trainer's shape, with a batcher of several."""
+        params = {"policy": policy} if policy else None
+        return BatcherInfo.model_validate_json((await self._call("GET", "/info", params=params)).content)
 
     async def status(self) -> Status:
         return Status.model_validate_json((await self._call("GET", "/status")).content)
@@ -92,11 +94,13 @@ class BatcherClient:
         await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body,
                          headers={"Idempotency-Key": key or uuid.uuid4().hex})
 
-    async def batch(self, saved_step: int | None = None) -> list[dict[str, Any]] | None:
+    async def batch(self, saved_step: int | None = None, policy: str | None = None) -> list[dict[str, Any]] | None:
         """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready.
-        ``saved_step``: the trainer's latest checkpoint (rlstack's batcher then lets go of the batches it holds)."""
+        ``saved_step``: the trainer's latest checkpoint (rlstack's batcher then lets go of the batches it holds);
+        ``policy``: that policy's queue, with a batcher of several."""
         headers = {SAVED_STEP_HEADER: str(saved_step)} if saved_step is not None else {}
-        return (await self._call("GET", "/batch", attempts=10, max_delay=2, headers=headers)).json().get("batch")
+        params = {"policy": policy} if policy else None
+        return (await self._call("GET", "/batch", attempts=10, max_delay=2, headers=headers, params=params)).json().get("batch")
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from rlstack.common.names import POLICY_NAME
 from rlstack.common.settings import PolicySettings
 from rlstack.trainer.loss_config import GRPOLossConfig
 from rlstack.trainer.sync.verify import Tolerance
@@ -62,6 +63,9 @@ class TrainerSettings(PolicySettings):
     """Hugging Face model directory the replicas started from (the policy at version 0)."""
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     batcher_token: SecretStr | None = None
+    batcher_policy: str | None = Field(default=None, pattern=POLICY_NAME)
+    """With a batcher of several policies: the one whose queue this trainer takes (its replicas'
+    served name); unset: the batcher's first, as with any Atropos trainer."""
     batcher_outage_seconds: float = Field(default=600.0, gt=0)
     """How long the batch poll waits out a batcher it cannot reach (restarting, rolled by an
     upgrade: it replays its log and comes back) before the trainer gives up and exits."""

@@ -179,7 +179,8 @@ class TrainingLoop:
         await self.batcher.register_trainer(TrainerRegistration(
             batch_size=self.s.batch_size, max_token_len=self.s.max_token_len, checkpoint_dir=str(self.checkpoints),
             save_checkpoint_interval=self.s.checkpoint_every, starting_step=self.step, num_steps=self.s.steps,
-            vocab_size=getattr(self.model.config, "vocab_size", None), batch_fill="at_least", replay_unsaved=True))
+            vocab_size=getattr(self.model.config, "vocab_size", None), batch_fill="at_least", replay_unsaved=True,
+            policy=self.s.batcher_policy))
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------
@@ -275,7 +276,7 @@ class TrainingLoop:
         away_since: float | None = None
         while True:
             try:
-                batch = await self.batcher.batch(saved_step=self.saved_step)
+                batch = await self.batcher.batch(saved_step=self.saved_step, policy=self.s.batcher_policy)
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 # A batcher restart (Recreate rollout, node loss) outlasts the client's retries;
                 # exiting here would reload the policy and lose the steps since the checkpoint.
