@@ -31,7 +31,7 @@ from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.agent_group import TrialOutcome, trial_group, why_unscored
 from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.config import EnvSettings
+from rlstack.envs.config import SUB_AGENT_MODEL, EnvSettings
 from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks, Upcoming
 from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
@@ -111,6 +111,8 @@ class AgentEnvRunner(EnvRunner):
 
     def _agent_spec(self) -> AgentSpec:
         if self.s.agent == "claude-code":
+            if self.s.sub_agent_policy is not None:  # the worker on its own policy, by claude-code's own means
+                return claude_code_agent(self.s.claude_code_bin, subagents=True, sub_agent_model="haiku")
             return claude_code_agent(self.s.claude_code_bin)
         if self.s.agent == "codex":
             return codex_agent(self.s.codex_bin)
@@ -174,7 +176,7 @@ class AgentEnvRunner(EnvRunner):
         lengths = [int(e.labels["max_model_len"]) for e in endpoints if e.labels.get("max_model_len", "").isdigit()]
         return min(lengths, default=None)  # a sequence must fit every replica that may serve it
 
-    async def rollout(self, problem: HarborTask, trial: str) -> dict:
+    async def rollout(self, problem: HarborTask, trial: str) -> dict | list[dict]:
         expect = getattr(self.sandbox, "expect", None)
         if expect is not None:  # the warm pool keeps pods for this group and the ones that start next
             try:
@@ -189,7 +191,8 @@ class AgentEnvRunner(EnvRunner):
             outcomes = await asyncio.gather(*(self._journaled_trial(problem, group_id, f"{group_id}-t{i}")
                                               for i in range(self.s.group_size)))
             group = self._group(problem, outcomes)
-            group["group_overrides"] = {GROUP_NAME_KEY: group_id}  # the trainer's step records name it
+            for part in group if isinstance(group, list) else [group]:
+                part["group_overrides"] = {GROUP_NAME_KEY: group_id}  # the trainer's step records name it
             key = self.journal.new_key()
             self.journal.ready(group_id, key, group)
             self._journaled[id(group)] = (group_id, key)
@@ -241,13 +244,13 @@ class AgentEnvRunner(EnvRunner):
                                       trial_dir=str(TrialPaths.of(self.s.trials_dir, self.s.run_id, outcome.result.trial).root)))
         return outcome
 
-    async def post(self, group: dict) -> None:
+    async def post(self, group: dict | list[dict]) -> None:
         """Post under the key journaled with the group; a batcher that is away is waited for, since the
         group's trials are done and cannot be run again for nothing; a refusal settles it."""
         group_id, key = self._journaled.pop(id(group), (None, None))
         while True:
             try:
-                await self.batcher.post_group(group, key=key)
+                await self.batcher.post_groups(group, key=key)
                 break
             except BatcherRefused as exc:  # settled: its trials are listed as abandoned with the refusal
                 if group_id is not None:
@@ -276,7 +279,7 @@ class AgentEnvRunner(EnvRunner):
                 # The body as journaled, its env id too (the batcher keeps every env's slot): the batcher
                 # knows a key by the body's digest, so only the same bytes find the group it already took.
                 try:  # a batcher that is away fails the start: the restarted server takes the journal over again
-                    await self.batcher.post_group(entry.body, key=entry.key)
+                    await self.batcher.post_groups(entry.body, key=entry.key)
                 except BatcherRefused as exc:
                     log.warning("group %s of %s refused after the restart, dropped: %s", entry.group, orphan.path.name, exc)
                     self.metrics.groups_dropped.labels(self.s.name).inc()
@@ -308,7 +311,8 @@ class AgentEnvRunner(EnvRunner):
         agent = agent or self.agent
         async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
             key = self._trial_key(trial, self.key_ttl(task))
-            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name)
+            env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name,
+                            haiku_model=SUB_AGENT_MODEL if self.s.sub_agent_policy is not None else None)
             spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
                              agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root, self.journal.directory])
             self.am.trials_started.labels(self.s.name).inc()
@@ -398,7 +402,7 @@ class AgentEnvRunner(EnvRunner):
         return {"accuracy": passed / len(runs), "problems": len(held), "trials": len(runs), "weight_version": version,
                 "reward_mean": sum(rewards) / len(rewards) if rewards else None, "statuses": dict(statuses)}
 
-    def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict:
+    def _group(self, task: HarborTask, outcomes: list[TrialOutcome]) -> dict | list[dict]:
         rewards = [o.result.reward for o in outcomes]
         self.recent_rewards.extend(r for r in rewards if r is not None)
         self.metrics.rollouts.labels(self.s.name).inc(len(outcomes))
@@ -409,10 +413,33 @@ class AgentEnvRunner(EnvRunner):
             if self.s.drop_constant_groups:
                 raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
         every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
-        group, left_out = trial_group(outcomes, every, self.env_id)
-        if left_out:
-            self.am.sequences_dropped.labels(self.s.name).inc(left_out)
-        return group
+        if not self.s.policy_names:
+            group, left_out = trial_group(outcomes, every, self.env_id)
+            if left_out:
+                self.am.sequences_dropped.labels(self.s.name).inc(left_out)
+            return group
+        return self._policy_groups(task, outcomes, every)
+
+    def _policy_groups(self, task: HarborTask, outcomes: list[TrialOutcome], every: bool) -> list[dict]:
+        """One group per policy that took part in at least two trials (one trial's rows alone carry no
+        advantage), each of that policy's sequences only, tagged for its queue; posted together."""
+        groups = []
+        for policy in self.s.policy_names:
+            group, left_out = trial_group(outcomes, every, self.env_id, policy=policy)
+            if left_out:
+                self.am.sequences_dropped.labels(self.s.name).inc(left_out)
+            members = len(set(group["trials"])) if "trials" in group else len(group["tokens"])
+            if members < 2:
+                log.info("task %s: policy %s took part in %d trial(s) of the group: no group of its own", task.short_name,
+                         policy, members)
+                continue
+            if self.s.drop_constant_groups and len(set(group["scores"])) == 1:
+                continue
+            group["policy"] = policy
+            groups.append(group)
+        if not groups:
+            raise GroupDropped(f"task {task.short_name}: no policy has a group of two trials or more with a signal")
+        return groups
 
     async def aclose(self) -> None:
         await self.sandbox.close()

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, HttpUrl, SecretStr, ValidationError, mode
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import ID_PATTERN
+from rlstack.common.policies import PolicyRoute, PolicyTable
 from rlstack.common.settings import PolicySettings
 from rlstack.envs.tasks import TaskContext, plugin
 
@@ -26,12 +27,14 @@ class HarborSpec(BaseModel):
 TASK_FIELDS: dict[str, frozenset[str]] = {
     "harbor": frozenset({"tasks_dir", "agent", "agent_command", "agent_max_turns", "agent_timeout_seconds", "claude_code_bin", "codex_bin", "opencode_bin", "trial_retries",
                          "eval_temperature", "eval_samples",
-                         "trial_sequences"}),
+                         "trial_sequences", "policies", "sub_agent_policy"}),
 }
 """Settings that mean something for one task only; setting one for another task is a mistake worth an error.
 (Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)
 Single-turn tasks keep theirs in ``task_options``, checked by the task's own model."""
 _HARBOR_SPEC_FIELDS = frozenset(HarborSpec.model_fields) - {"kind"}
+SUB_AGENT_MODEL = "claude-haiku-4-5"
+"""What claude-code asks for on its haiku slot here (``ANTHROPIC_DEFAULT_HAIKU_MODEL``): the sub-agent's model."""
 
 
 class EnvSettings(PolicySettings):
@@ -86,6 +89,13 @@ class EnvSettings(PolicySettings):
     """harbor: any agent, as a shell-style command line run in /app, e.g. ``mini -y -t {instruction}``.
     A word equal to ``{instruction}`` becomes the task's instruction; the agent finds the proxy in
     OPENAI_BASE_URL / ANTHROPIC_BASE_URL and its key in OPENAI_API_KEY / ANTHROPIC_API_KEY."""
+    policies: tuple[PolicyRoute, ...] = ()
+    """harbor, a run training several policies (JSON, as the proxy's ``policies``): each trial group
+    becomes one group per policy that took part, of that policy's sequences, posted together to the
+    batcher's per-policy queues. Unset: one policy, every sequence in one group, as always."""
+    sub_agent_policy: str | None = None
+    """claude-code: its sub-agent (the ``worker`` preset, ``model: haiku``) runs on this policy, one
+    of ``policies`` claiming ``claude-haiku-4-5``; the lead stays on ``claude-sonnet-4-5``."""
     sandbox: Literal["local", "kubernetes"] = "local"
     """harbor: where trials run (``local``: bubblewrap on this host; ``kubernetes``: a pod per trial)."""
     sandbox_image: str | None = None
@@ -185,7 +195,29 @@ class EnvSettings(PolicySettings):
             raise ValueError("agent_command: --agent command needs the command line (--agent-command '...')")
         if self.heldout_size is None:
             self.heldout_size = 0 if self.task == "harbor" else 64
+        self._check_policies()
         return self
+
+    def _check_policies(self) -> None:
+        """Two policies claiming one name, a sub-agent policy that is not one of them or answers no
+        haiku name: an error before the first trial, naming the field."""
+        if self.policies:
+            PolicyTable(self.policies)  # overlapping claims are refused here
+        if self.sub_agent_policy is None:
+            return
+        names = [p.name for p in self.policies]
+        if self.agent != "claude-code":
+            raise ValueError(f"sub_agent_policy: only for agent 'claude-code' (its sub-agents), not {self.agent!r}")
+        if self.sub_agent_policy not in names:
+            raise ValueError(f"sub_agent_policy: {self.sub_agent_policy!r} is not one of policies {names}")
+        if PolicyTable(self.policies).route(SUB_AGENT_MODEL, "messages") != self.sub_agent_policy:
+            raise ValueError(f"sub_agent_policy: {self.sub_agent_policy!r} does not answer {SUB_AGENT_MODEL!r}, the name "
+                             "claude-code's haiku sub-agent asks for; give it a served name such as 'claude-haiku-*'")
+
+    @property
+    def policy_names(self) -> list[str]:
+        """The policies a trial's groups are split by; empty with one (nothing is split)."""
+        return [p.name for p in self.policies] if len(self.policies) > 1 else []
 
     def _single_turn_options(self) -> BaseModel:
         """The task's options as its own model; an unknown task or a bad field is named here, at start-up."""

@@ -57,7 +57,8 @@ class ReadyEntry(BaseModel):
     group: str
     key: str
     """The ``Idempotency-Key`` every post of this group carries, before and after a restart."""
-    body: dict[str, Any]
+    body: dict[str, Any] | list[dict[str, Any]]
+    """The group as posted; with several policies, each policy's group, posted in one request."""
 
 
 class PostedEntry(BaseModel):
@@ -171,7 +172,7 @@ class TrialJournal:
         self._append(entry)
         self._trials.setdefault(entry.group, []).append(entry)
 
-    def ready(self, group: str, key: str, body: dict[str, Any]) -> None:
+    def ready(self, group: str, key: str, body: dict[str, Any] | list[dict[str, Any]]) -> None:
         self._append(ReadyEntry(group=group, key=key, body=body))
 
     def posted(self, group: str) -> None:

@@ -78,7 +78,7 @@ CLAUDE_CODE_QUIET = ("CLAUDE_CODE_DISABLE_ATTACHMENTS", "CLAUDE_CODE_DISABLE_CLA
 """What ``--bare`` turns off, asked for one by one where ``--bare`` cannot be given."""
 
 
-def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -> AgentSpec:
+def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False, sub_agent_model: str | None = None) -> AgentSpec:
     """claude-code in print mode with a prompt a tiny CPU policy can take: 26,885 tokens of first
     request shrink to about 1,300 in the demo tokenizer (measured, docs/agent-trials.md).
 
@@ -86,6 +86,10 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -
     tools short descriptions; ``--tools`` keeps three tools of twelve; ``--system-prompt``
     replaces the default one; ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` drops a billing line whose
     hash changes from call to call (it would end every prefix-cache hit at the first line).
+
+    ``sub_agent_model`` (with ``subagents``): the worker's ``model`` in its definition, the way
+    claude-code users give a sub-agent a smaller model (``haiku``: resolved through
+    ``ANTHROPIC_DEFAULT_HAIKU_MODEL``); unset, the worker inherits the lead's.
     """
     if not binary.exists():
         raise FileNotFoundError(f"claude-code is not installed at {binary}: run `make setup-claude-code` "
@@ -97,7 +101,8 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False) -
         command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions",
                    "--tools", f"{CLAUDE_CODE_TOOLS},Agent", "--system-prompt", CLAUDE_CODE_SYSTEM_PROMPT,
                    "--disable-slash-commands", "--strict-mcp-config", "--setting-sources", "",
-                   "--agents", json.dumps(SUB_AGENTS)]
+                   "--agents", json.dumps({name: {**spec, "model": sub_agent_model} if sub_agent_model else spec
+                                           for name, spec in SUB_AGENTS.items()})]
         env |= {name: "1" for name in CLAUDE_CODE_QUIET}
         return AgentSpec(name="claude-code-subagents", command=command, env=env, image_command=[bundle.CLAUDE, *command[1:]])
     command = [str(binary.resolve()), "-p", INSTRUCTION_PLACEHOLDER, "--dangerously-skip-permissions", "--bare",
@@ -208,9 +213,13 @@ def command_agent(command: str) -> AgentSpec:
     return AgentSpec(name=Path(program).name or "command", command=argv)
 
 
-def trial_env(agent: AgentSpec, proxy_url: str, run: str, trial: str, key: str, model: str) -> dict[str, str]:
-    """Where the agent finds the policy: the trial's prefix on the proxy (both API dialects), its key, the model."""
+def trial_env(agent: AgentSpec, proxy_url: str, run: str, trial: str, key: str, model: str,
+              haiku_model: str | None = None) -> dict[str, str]:
+    """Where the agent finds the policy: the trial's prefix on the proxy (both API dialects), its key, the model.
+    ``haiku_model``: the name claude-code's haiku slot (a sub-agent's ``model: haiku``) asks for."""
     env = {**agent_env(proxy_url, run, trial, key), "OPENAI_MODEL": model}
     if agent.name != "builtin":  # an Anthropic client needs a model name: any claude-* maps onto the policy
         env["ANTHROPIC_MODEL"] = "claude-sonnet-4-5"
+    if haiku_model is not None:
+        env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = haiku_model
     return env

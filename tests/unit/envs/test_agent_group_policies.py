@@ -70,3 +70,59 @@ def test_with_no_policy_named_the_group_is_what_it_always_was():
     assert left_out == 0
     main_only, left_out = trial_group(team(), False, 7)
     assert [t[1] for t in main_only["tokens"]] == [10, 40, 50] and left_out == 3
+
+
+LEAD_HELPER = [{"name": "lead", "served_names": ["claude-sonnet-*"]}, {"name": "helper", "served_names": ["claude-haiku-*"]}]
+
+
+def test_the_env_posts_one_tagged_group_per_policy_that_took_part_twice():
+    import pytest
+
+    from rlstack.envs.agent_trials import GroupDropped
+    from rlstack.episodes.harbor import HarborTask
+    from tests.conftest import REPO
+    from tests.unit.envs.test_agent_trials import runner
+
+    env = runner(policies=LEAD_HELPER)
+    env.batch_fill = "at_least"
+    task = HarborTask.load(next(p for p in sorted((REPO / "examples" / "tasks").iterdir()) if (p / "task.toml").exists()))
+    groups = env._group(task, team())
+    assert [g["policy"] for g in groups] == ["lead", "helper"]
+    assert [t[1] for t in groups[1]["tokens"]] == [20, 30, 60]
+    alone = [outcome(1.0, sequence(10, "lead"), sequence(20, "helper")), outcome(0.0, sequence(40, "lead"))]
+    assert [g["policy"] for g in env._group(task, alone)] == ["lead"]  # one trial's helper rows: no advantage
+    with pytest.raises(GroupDropped, match="no policy has a group"):
+        env._group(task, alone[:1])  # each policy in one trial only
+    assert isinstance(runner()._group(task, team()), dict)  # one policy: one untagged group, as always
+
+
+def test_a_sub_agent_policy_is_checked_before_the_first_trial():
+    import pytest
+    from pydantic import ValidationError
+
+    from rlstack.envs.config import EnvSettings
+    from tests.conftest import REPO
+
+    base = {"task": "harbor", "tasks_dir": REPO / "examples" / "tasks", "policies": LEAD_HELPER}
+    assert EnvSettings(**base, agent="claude-code", sub_agent_policy="helper").policy_names == ["lead", "helper"]
+    for bad, message in [({"agent": "codex", "sub_agent_policy": "helper"}, "only for agent 'claude-code'"),
+                         ({"agent": "claude-code", "sub_agent_policy": "critic"}, "'critic' is not one of policies"),
+                         ({"agent": "claude-code", "sub_agent_policy": "lead"}, "does not answer 'claude-haiku-4-5'")]:
+        with pytest.raises(ValidationError, match=message):
+            EnvSettings(**base, **bad)
+
+
+def test_claude_codes_worker_asks_for_the_haiku_slot_which_names_the_sub_agent_policy(tmp_path):
+    import json
+
+    from rlstack.episodes.agents import claude_code_agent, trial_env
+
+    binary = tmp_path / "claude"
+    binary.write_text("")
+    agent = claude_code_agent(binary, subagents=True, sub_agent_model="haiku")
+    presets = json.loads(agent.command[agent.command.index("--agents") + 1])
+    assert all(spec["model"] == "haiku" for spec in presets.values())
+    env = trial_env(agent, "http://proxy:4000", "r", "t", "key", "lead", haiku_model="claude-haiku-4-5")
+    assert env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "claude-haiku-4-5" and env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
+    plain = claude_code_agent(binary, subagents=True)
+    assert "model" not in next(iter(json.loads(plain.command[plain.command.index("--agents") + 1]).values()))

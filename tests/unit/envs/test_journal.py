@@ -115,3 +115,16 @@ def test_a_trial_finished_on_disk_but_never_journaled_is_abandoned_on_restart(tm
     assert [(a.trial, a.reason) for a in pending.abandoned] == [
         ("env-0-dead01-g0-t0", "the env server stopped between the trial's result and its journal entry")]
     assert [a.trial for a in live.abandoned()] == ["env-0-dead01-g0-t0"]
+
+
+def test_a_trial_groups_per_policy_groups_come_back_as_they_were_journaled(tmp_path):
+    """Two policies: the groups of one trial group are one body, one key, reposted as one request."""
+    journal = TrialJournal(tmp_path, "run-env", "dead2")
+    for n in range(2):
+        journal.trial(trial("g0", n))
+    body = [{"tokens": [[1]], "scores": [1.0], "policy": "lead"}, {"tokens": [[2]], "scores": [0.0], "policy": "helper"}]
+    journal.ready("g0", "key-0", body)
+    live = TrialJournal(tmp_path, "run-env", "live2")
+    assert live.hold()
+    [after] = live.orphans()
+    assert [(e.group, e.key, e.body) for e in after.pending().to_post] == [("g0", "key-0", body)]
