@@ -100,5 +100,5 @@ def test_health_chain(proxy):
     ping = httpx.get(f"{proxy.url}/health/ping", timeout=60).json()
     assert ping["ok"] and ping["model"] == "policy"
     metrics = httpx.get(f"{proxy.url}/metrics").text
-    assert 'rlstack_proxy_calls_total{api="openai",replica="replica-0",status="ok"}' in metrics
+    assert 'rlstack_proxy_calls_total{api="openai",replica="replica-0",status="ok",policy="policy"}' in metrics
     assert "rlstack_proxy_replicas_ready" in metrics
