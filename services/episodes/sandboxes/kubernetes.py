@@ -243,7 +243,7 @@ class KubernetesSandbox:
             await asyncio.to_thread(shutil.rmtree, pod_dir, True)
 
     async def _wait(self, name: str, job: SandboxJob):  # noqa: ANN202 - pods.SandboxOutcome
-        from rlstack.episodes.sandboxes.pod_watch import PodGone
+        from rlstack.episodes.sandboxes.pod_watch import PodGone, WatchClosed
         from rlstack.episodes.sandboxes.pods import FINISHED, outcome
 
         timeout = self._deadline(job) + 60
@@ -251,6 +251,8 @@ class KubernetesSandbox:
             pod = await self.watch.wait_for(name, lambda p: bool(p.status and p.status.phase in FINISHED), timeout=timeout)
         except PodGone:
             raise SandboxError(f"kubernetes sandbox: pod {name} was deleted before the trial finished") from None
+        except WatchClosed:  # the env server is stopping: the trial is abandoned with it, not a bug
+            raise SandboxError(f"kubernetes sandbox: stopping before pod {name} finished") from None
         except TimeoutError:
             raise SandboxError(f"kubernetes sandbox: pod {name} did not finish within {timeout}s") from None
         return outcome(pod)
