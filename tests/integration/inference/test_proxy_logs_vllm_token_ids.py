@@ -100,5 +100,8 @@ def test_health_chain(proxy):
     ping = httpx.get(f"{proxy.url}/health/ping", timeout=60).json()
     assert ping["ok"] and ping["model"] == "policy"
     metrics = httpx.get(f"{proxy.url}/metrics").text
-    assert 'rlstack_proxy_calls_total{api="openai",replica="replica-0",status="ok",policy="policy"}' in metrics
+    from prometheus_client.parser import text_string_to_metric_families
+
+    calls = [s.labels for f in text_string_to_metric_families(metrics) for s in f.samples if s.name == "rlstack_proxy_calls_total"]
+    assert {"api": "openai", "replica": "replica-0", "status": "ok", "policy": "policy"} in calls
     assert "rlstack_proxy_replicas_ready" in metrics
