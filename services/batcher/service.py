@@ -154,7 +154,7 @@ class BatcherService:
             state.next_group_id = max(state.next_group_id, first_id + len(groups))
 
     def _tag(self, policy: str) -> str | None:
-        """What a record names: nothing for the first policy, so a one-policy log is what it was."""
+        """What a record names: nothing (null) for the first policy, as every record written before policies."""
         return None if policy == self.default else policy
 
     def _policy_of(self, state: BatcherState) -> str:
