@@ -14,8 +14,9 @@ from rlstack.common.contracts.atropos import TrainerRegistration
 from tests.helpers.groups import env_registration, make_group, trainer_registration
 
 
-def test_each_trainer_client_takes_its_own_policys_batches(service_factory):
-    batcher = service_factory("batcher", ["--policies", json.dumps(["lead", "helper"]), "--durability", "flush"])
+def test_each_trainer_client_takes_its_own_policys_batches(service_factory, tmp_path):
+    batcher = service_factory("batcher", ["--policies", json.dumps(["lead", "helper"]), "--durability", "flush",
+                                          "--data-dir", str(tmp_path / "batcher")])  # not the checkout's shared default
 
     async def run() -> tuple[list, list, list | None, dict]:
         lead, helper = BatcherClient(batcher.url), BatcherClient(batcher.url)
