@@ -94,13 +94,14 @@ class BatcherClient:
         await self._call("POST", "/scored_data", attempts=6, max_delay=10, json=body,
                          headers={"Idempotency-Key": key or uuid.uuid4().hex})
 
-    async def post_groups(self, body: dict[str, Any] | list[dict[str, Any]], key: str) -> None:
+    async def post_groups(self, body: dict[str, Any] | list[dict[str, Any]], key: str | None = None) -> None:
         """A group (``/scored_data``) or several in one request (``/scored_data_list``: a trial group's
         per-policy groups), under one ``Idempotency-Key`` kept across the caller's restarts."""
         if isinstance(body, dict):
             await self.post_group(body, key=key)
             return
-        await self._call("POST", "/scored_data_list", attempts=6, max_delay=10, json=body, headers={"Idempotency-Key": key})
+        await self._call("POST", "/scored_data_list", attempts=6, max_delay=10, json=body,
+                         headers={"Idempotency-Key": key or uuid.uuid4().hex})
 
     async def batch(self, saved_step: int | None = None, policy: str | None = None) -> list[dict[str, Any]] | None:
         """The next batch as the wire carries it (the trainer builds tensors from it), or None while not ready.
