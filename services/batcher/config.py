@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -44,16 +44,13 @@ class BatcherSettings(ServiceSettings):
     stall_after_seconds: float = Field(default=300.0, gt=0)
     """A trainer that has waited this long with no env producing for it is a stall: logged with the
     numbers that decide it, counted in ``rlstack_batcher_stalls_total``, alerted on by the chart."""
-    policies: list[str] = Field(default_factory=lambda: [SERVED_MODEL_NAME], min_length=1)
+    policies: list[Annotated[str, Field(pattern=POLICY_NAME)]] = Field(default_factory=lambda: [SERVED_MODEL_NAME], min_length=1)
     """The run's policies, one queue and one trainer each (JSON list). A group or trainer that names
     none is the first's, so Atropos clients, which never name one, use the first."""
 
     @field_validator("policies")
     @classmethod
     def _named_once(cls, value: list[str]) -> list[str]:
-        import re
-
-        bad = [p for p in value if not re.fullmatch(POLICY_NAME, p)]
-        if bad or len(set(value)) < len(value):
-            raise ValueError(f"each policy once, as a label value ({POLICY_NAME}); got {value}")
+        if len(set(value)) < len(value):
+            raise ValueError(f"each policy once; got {value}")
         return value

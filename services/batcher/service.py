@@ -157,9 +157,6 @@ class BatcherService:
         """What a record names: nothing (null) for the first policy, as every record written before policies."""
         return None if policy == self.default else policy
 
-    def _policy_of(self, state: BatcherState) -> str:
-        return next(p for p, s in self.states.items() if s is state)
-
     async def maybe_compact(self) -> bool:
         """Rewrite the log as a snapshot once it is large and mostly consumed."""
         live_bytes = self.queued_sequences * 4096  # rough upper bound per sequence
@@ -359,8 +356,8 @@ class BatcherService:
 
         ``saved_step``: the trainer's latest checkpoint, so the batches up to it are let go.
         """
-        state = self.queue_of(policy)
-        name = self._policy_of(state)
+        name = policy or self.default
+        state = self.queue_of(name)
         wait = self.trainer_waits[name]
         if state.trainer is None:
             return orjson.dumps(NO_TRAINER)

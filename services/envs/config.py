@@ -201,8 +201,7 @@ class EnvSettings(PolicySettings):
     def _check_policies(self) -> None:
         """Two policies claiming one name, a sub-agent policy that is not one of them or answers no
         haiku name: an error before the first trial, naming the field."""
-        if self.policies:
-            PolicyTable(self.policies)  # overlapping claims are refused here
+        table = PolicyTable(self.policies) if self.policies else None  # overlapping claims are refused here
         if self.sub_agent_policy is None:
             return
         names = [p.name for p in self.policies]
@@ -210,7 +209,7 @@ class EnvSettings(PolicySettings):
             raise ValueError(f"sub_agent_policy: only for agent 'claude-code' (its sub-agents), not {self.agent!r}")
         if self.sub_agent_policy not in names:
             raise ValueError(f"sub_agent_policy: {self.sub_agent_policy!r} is not one of policies {names}")
-        if PolicyTable(self.policies).route(SUB_AGENT_MODEL, "messages") != self.sub_agent_policy:
+        if table is None or table.route(SUB_AGENT_MODEL, "messages") != self.sub_agent_policy:
             raise ValueError(f"sub_agent_policy: {self.sub_agent_policy!r} does not answer {SUB_AGENT_MODEL!r}, the name "
                              "claude-code's haiku sub-agent asks for; give it a served name such as 'claude-haiku-*'")
 

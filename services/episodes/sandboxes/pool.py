@@ -162,8 +162,7 @@ class WarmPool:
         """Asked again at a close: a pod the API no longer has takes its directory with it."""
         with contextlib.suppress(Exception):
             if not await self.manager.delete(name):
-                self._deleting.discard(name)
-                await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+                await self._release(name)
 
     def _run_dir(self) -> Path:
         """``.pool/<run>/``: where every pod directory of this pool's run lies."""
@@ -328,8 +327,12 @@ class WarmPool:
             log.warning("warm pool: could not delete pod %s", name, exc_info=True)
             return
         if gone and name in self._deleting:  # 404: nothing will say DELETED
-            self._deleting.discard(name)
-            await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
+            await self._release(name)
+
+    async def _release(self, name: str) -> None:
+        """A deleted pod known gone: its directory goes."""
+        self._deleting.discard(name)
+        await asyncio.to_thread(shutil.rmtree, self.pod_dir(name), True)
 
     def _spawn(self, coro) -> None:  # noqa: ANN001
         """A task the pool keeps a reference to (an unreferenced task may be collected mid-run)."""
