@@ -84,3 +84,6 @@ def test_every_finished_trial_gets_its_fate(tmp_path):
     assert ledger.abandoned_reasons == {"refused by the batcher: 422": 2,
                                         "the env server stopped before every trial of its group was scored": 2}
     assert not ledger.ok
+    assert list(orjson.loads(ledger.model_dump_json())) == [  # what `rlstack ledger` prints for one policy, as before policies
+        "trials", "lost_trials", "abandoned_reasons", "groups_acknowledged", "groups_acknowledged_lost", "steps",
+        "steps_recorded_twice"]
