@@ -7,8 +7,12 @@ import argparse
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlstack.cli.flags import add_model_family
+
+if TYPE_CHECKING:
+    from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec
 
 log = logging.getLogger("rlstack")
 WARM_START_STEPS = 300  # WarmStartSpec's default, kept here so --help needs no torch import
@@ -112,8 +116,28 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
     spec = demo.CliAgentDemoSpec(capture_tasks=args.capture_tasks, steps=steps, max_seconds=args.max_seconds, seed=args.seed,
                                  model_family=family, max_position_embeddings=args.max_position_embeddings)
     write_training_tasks(args)
+    if args.policies:
+        return make_team_demo(args, spec)
     return built_once(args.out, f"{args.agent} demo model ({family})", args.force, demo.is_built(args.out, family),
                       lambda: demo.build_cli_agent_demo(args.out, {args.agent: capture_dir}, spec))
+
+
+def make_team_demo(args: argparse.Namespace, spec: CliAgentDemoSpec) -> int:
+    """``--policies LEAD,HELPER``: claude-code's lead and its sub-agent as two policies, each warm-started on
+    its own side of one capture (``models/claude-code-<policy>``; docs/policies.md)."""
+    from rlstack.modelkit import cli_agent_demo as demo
+
+    names = args.policies.split(",")
+    if args.agent != "claude-code" or len(names) != 2 or args.model_family:
+        log.error("--policies: two names (the lead's, then its sub-agent's), for --agent claude-code on the demo family; "
+                  "got %r for %s", args.policies, args.agent)
+        return 2
+    lead, helper = (Path(f"models/claude-code-{name}") for name in names)
+    capture_dir = args.capture_dir or Path("data/claude-code-team-capture")
+    team = spec.model_copy(update={"capture_families": tuple(f for f in demo.FAMILIES if f != "fix")})
+    built = demo.is_built(lead) and demo.is_built(helper)
+    return built_once(lead, f"claude-code team demo ({lead} and {helper})", args.force, built,
+                      lambda: demo.build_team_demo(lead, helper, capture_dir, team))
 
 
 def cmd_make_smollm2_model(args: argparse.Namespace) -> int:
@@ -179,6 +203,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_task_flags(ccd, None, "default data/<agent>-tasks")
     ccd.add_argument("--capture-dir", type=Path, default=None,
                      help="the agent's calls to the teacher, captured first when absent (default data/<agent>-capture)")
+    ccd.add_argument("--policies", default=None, metavar="LEAD,HELPER",
+                     help="claude-code with a sub-agent on its own policy: two demo policies, models/claude-code-LEAD and "
+                          "models/claude-code-HELPER, from one capture (data/claude-code-team-capture)")
     ccd.add_argument("--capture-tasks", type=int, default=84, help="generated tasks the agent solves with the teacher")
     ccd.add_argument("--steps", type=int, default=None, help="warm-start steps (default: 70 for claude-code and opencode, 120 for codex; 400 with --model-family)")
     ccd.add_argument("--max-position-embeddings", type=int, default=4096,

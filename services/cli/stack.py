@@ -62,20 +62,25 @@ def load_run_config(path: Path, default: bool) -> RunConfig:
 def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.common.model_families import ModelFamilyError
     from rlstack.launcher.health import print_health, smoke_check
+    from rlstack.launcher.policies import PolicyConfigError, expand
     from rlstack.launcher.preflight import check_replicas, with_model, with_model_family
     from rlstack.launcher.progress import wait_for
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = load_run_config(args.config or DEFAULT_CONFIG, default=args.config is None)
+    if args.model and config.policies:
+        raise UserError(f"--model with {len(config.policies)} policies: each policy's model is its entry's `model:` in the "
+                        "config's policies: block")
     if args.model:
         config = with_model(config, str(args.model))
-    if args.model_family:
-        config = with_model_family(config, args.model_family)
     try:
+        config = expand(config)
+        if args.model_family:
+            config = with_model_family(config, args.model_family)
         for name, family in check_replicas(config).items():
             log.info("%s serves a %s model (tool parser %s, reasoning parser %s)", name, family.name,
                      family.tool_parser, family.reasoning_parser)
-    except ModelFamilyError as exc:
+    except (ModelFamilyError, PolicyConfigError) as exc:
         log.error("%s", exc)
         return 2
     run_dir = make_run_dir(config.runs_dir, config.name)
@@ -88,7 +93,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.check:
             smoke_check(supervisor)
         elif config.until:
-            wait_for(supervisor, config.until)
+            wait_for(supervisor, config.until_services)
             show_summary(run_dir)
         else:
             log.info("stack up; logs under %s; Ctrl-C to stop", run_dir / "logs")
@@ -110,17 +115,22 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def show_summary(run_dir: Path) -> None:
-    """The trainer's summary, with the launcher's restarts added (``{}``: none died)."""
-    import json
-
-    summary = run_dir / "summary.json"
-    if summary.exists():
+    """The trainer's summary (each policy's trainer's, by policy, in a run of several), with the
+    launcher's restarts added (``{}``: none died)."""
+    restarts = run_dir / "restarts.json"
+    died = json.loads(restarts.read_text()) if restarts.exists() else {}
+    summaries = {p.parent.name: p for p in sorted(run_dir.glob("policies/*/summary.json"))}
+    if (run_dir / "summary.json").exists():
+        summaries = {None: run_dir / "summary.json"}
+    shown = {}
+    for policy, summary in summaries.items():
         data = json.loads(summary.read_text())
-        restarts = run_dir / "restarts.json"
-        data["restarts"] = json.loads(restarts.read_text()) if restarts.exists() else {}
+        data["restarts"] = died
         summary.write_text(json.dumps(data, indent=2) + "\n")
+        shown[policy] = data
+    if shown:
         log.info("run finished: %s", run_dir)
-        print(json.dumps(data, indent=2))
+        print(json.dumps(shown[None] if None in shown else shown, indent=2))
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

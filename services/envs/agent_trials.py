@@ -31,11 +31,12 @@ from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
 from rlstack.envs.agent_group import TrialOutcome, trial_group, why_unscored
 from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.config import SUB_AGENT_MODEL, EnvSettings
+from rlstack.envs.config import EnvSettings
 from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks, Upcoming
 from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
 from rlstack.episodes.agents import (
+    SUB_AGENT_MODEL,
     AgentLimits,
     builtin_agent,
     claude_code_agent,
@@ -106,8 +107,8 @@ class AgentEnvRunner(EnvRunner):
         self._journaled: dict[int, tuple[str, str]] = {}
         """id(group body) -> (group, Idempotency-Key), from its ``ready`` entry to its post."""
         self._limit: int | None = None
-        self._version_read: asyncio.Future[int] | None = None
-        self._version_read_at = 0.0
+        self._version_reads: dict[str | None, tuple[asyncio.Future[int], float]] = {}
+        """Each policy's (None: the only one's) last version read and when it started."""
 
     def _agent_spec(self) -> AgentSpec:
         if self.s.agent == "claude-code":
@@ -164,16 +165,19 @@ class AgentEnvRunner(EnvRunner):
         return self._limit
 
     async def _served_context(self) -> int | None:
-        """The replicas' ``max_model_len`` label in the registry (their sidecars read it from vLLM).
-        Never vLLM itself: its port is closed to env pods, since it also serves the dev routes."""
+        """The replicas' ``max_model_len`` label in the registry (their sidecars read it from vLLM), the
+        shortest over every policy's replicas. Never vLLM itself: its port is closed to env pods, since it
+        also serves the dev routes."""
         if self.registry is None:
             return None
-        try:
-            endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
-        except (httpx.HTTPError, ValueError) as exc:
-            log.warning("could not read the served model's context length from the registry: %r", exc)
-            return None
-        lengths = [int(e.labels["max_model_len"]) for e in endpoints if e.labels.get("max_model_len", "").isdigit()]
+        lengths = []
+        for policy in self.s.policy_names or [None]:
+            try:
+                endpoints = (await self.registry.list(model=self.served(policy))).endpoints
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("could not read the served model's context length from the registry: %r", exc)
+                return None
+            lengths += [int(e.labels["max_model_len"]) for e in endpoints if e.labels.get("max_model_len", "").isdigit()]
         return min(lengths, default=None)  # a sequence must fit every replica that may serve it
 
     async def rollout(self, problem: HarborTask, trial: str) -> dict | list[dict]:
@@ -205,14 +209,14 @@ class AgentEnvRunner(EnvRunner):
 
     async def _wait_for_staleness_room(self) -> None:
         """AReaL's rule: start group g only while g < (version + max_staleness + 1) * groups per batch,
-        with the trainer's version (the newest a replica holds), never a lagging replica's."""
+        with the trainer's version (the newest a replica holds), never a lagging replica's. With several
+        policies, for every policy, by its own trainer's version and batch: a trial may call any of them,
+        so each group started counts against each (a bound from above; docs/policies.md)."""
         if self.s.max_staleness is None:
             return
-        per_batch = math.ceil((self.batch_size or self.s.group_size) / self.s.group_size)
         waited = False
         while True:
-            version = await self._shared_policy_version()
-            if self.groups_started < (version + self.s.max_staleness + 1) * per_batch:
+            if await self._staleness_room():
                 if waited:
                     self.holding_back = None
                 return
@@ -222,18 +226,30 @@ class AgentEnvRunner(EnvRunner):
                 self.holding_back = "staleness"  # the batcher names it if the trainer starves
             await asyncio.sleep(STALENESS_POLL_SECONDS)
 
-    async def _shared_policy_version(self) -> int:
-        """``policy_version``, read at most once per ``STALENESS_POLL_SECONDS`` for every group at the gate.
+    async def _staleness_room(self) -> bool:
+        for policy in self.s.policy_names or [None]:
+            bound = (await self._shared_policy_version(policy) + self.s.max_staleness + 1) * self._groups_per_batch(policy)
+            if self.groups_started >= bound:
+                return False
+        return True
+
+    def _groups_per_batch(self, policy: str | None) -> int:
+        batch = self.batch_sizes.get(policy) if policy is not None else None
+        return math.ceil((batch or self.batch_size or self.s.group_size) / self.s.group_size)
+
+    async def _shared_policy_version(self, policy: str | None = None) -> int:
+        """``policy_version``, read at most once per ``STALENESS_POLL_SECONDS`` (per policy) for every
+        group at the gate.
 
         Each waiting worker used to read the registry itself every 0.5 s: 1,000 trials in groups of 8
         (125 workers) sent it 250 lists a second for as long as they waited (bench/env_scale.py), and
         any one of them failing counted a group as dropped. A version up to that old only makes the gate
         stricter: versions only grow."""
         loop = asyncio.get_running_loop()
-        read = self._version_read
-        if read is None or (read.done() and loop.time() - self._version_read_at >= STALENESS_POLL_SECONDS):
-            self._version_read_at = loop.time()
-            read = self._version_read = asyncio.ensure_future(self.policy_version())
+        read, read_at = self._version_reads.get(policy, (None, 0.0))
+        if read is None or (read.done() and loop.time() - read_at >= STALENESS_POLL_SECONDS):
+            read = asyncio.ensure_future(self.policy_version() if policy is None else self.policy_version(policy))
+            self._version_reads[policy] = (read, loop.time())
         return await asyncio.shield(read)  # a waiter cancelled (a stop) does not cancel the others' read
 
     async def _journaled_trial(self, task: HarborTask, group: str, trial: str) -> TrialOutcome:

@@ -12,6 +12,7 @@ from rlstack.common.names import ID_PATTERN
 from rlstack.common.policies import PolicyRoute, PolicyTable
 from rlstack.common.settings import PolicySettings
 from rlstack.envs.tasks import TaskContext, plugin
+from rlstack.episodes.agents import SUB_AGENT_MODEL
 
 
 class HarborSpec(BaseModel):
@@ -33,8 +34,6 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
 (Sandbox placement fields are shared infrastructure: the chart sets them for every env server.)
 Single-turn tasks keep theirs in ``task_options``, checked by the task's own model."""
 _HARBOR_SPEC_FIELDS = frozenset(HarborSpec.model_fields) - {"kind"}
-SUB_AGENT_MODEL = "claude-haiku-4-5"
-"""What claude-code asks for on its haiku slot here (``ANTHROPIC_DEFAULT_HAIKU_MODEL``): the sub-agent's model."""
 
 
 class EnvSettings(PolicySettings):

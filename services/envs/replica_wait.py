@@ -30,20 +30,25 @@ class ReplicaWaitSettings(BaseSettings):
     """How often the proxy's ``/readyz`` is asked meanwhile."""
 
 
-async def wait_for_a_replica(proxy: httpx.AsyncClient, settings: ReplicaWaitSettings | None = None) -> bool:
-    """Until the proxy's ``/readyz`` answers 200; True then. A proxy without that route (another
-    OpenAI server) is not waited for. False after ``replica_wait_seconds``, with a warning."""
+async def wait_for_a_replica(proxy: httpx.AsyncClient, settings: ReplicaWaitSettings | None = None,
+                             policies: list[str] | None = None) -> bool:
+    """Until the proxy's ``/readyz`` answers 200 (and, with ``policies``, lists a replica of each);
+    True then. A proxy without that route (another OpenAI server) is not waited for. False after
+    ``replica_wait_seconds``, with a warning."""
     s = settings or ReplicaWaitSettings()
     start = time.monotonic()
     said = False
     while True:
         try:
             r = await proxy.get("/readyz", timeout=10.0)
-            if r.status_code == 200 or r.status_code not in (502, 503, 504):
+            if r.status_code == 200 and (missing := _without_replica(r, policies or [])):
+                why = f"no replica yet of policy {', '.join(missing)}"
+            elif r.status_code == 200 or r.status_code not in (502, 503, 504):
                 if said:
                     log.info("the proxy has a replica after %.0fs: starting trials", time.monotonic() - start)
                 return True
-            why = r.text[:200]
+            else:
+                why = r.text[:200]
         except httpx.HTTPError as exc:
             why = repr(exc)
         waited = time.monotonic() - start
@@ -56,3 +61,14 @@ async def wait_for_a_replica(proxy: httpx.AsyncClient, settings: ReplicaWaitSett
                      s.replica_wait_seconds, why)
             said = True
         await asyncio.sleep(min(s.replica_wait_poll_seconds, max(0.0, s.replica_wait_seconds - waited)))
+
+
+def _without_replica(readyz: httpx.Response, policies: list[str]) -> list[str]:
+    """The policies the proxy's ``/readyz`` body lists no replica for (none asked: none)."""
+    if not policies:
+        return []
+    try:
+        listed = readyz.json().get("policies") or {}
+    except ValueError:
+        return []  # not our proxy's body: nothing to wait on
+    return [p for p in policies if not listed.get(p)]

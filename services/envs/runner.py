@@ -50,6 +50,8 @@ class EnvRunner:
         self.problems: Iterator[Any] = self.task.stream()
         self.env_id: int | None = None
         self.batch_size: int | None = None
+        self.batch_sizes: dict[str, int] = {}
+        """With several policies, each one's trainer's batch size (the first's is ``batch_size`` too)."""
         self.batch_fill = "exact"
         """How the trainer takes batches: agent groups of several rows per trial need ``at_least``."""
         self.trainer_token_limit: int | None = None
@@ -88,7 +90,13 @@ class EnvRunner:
         self.batch_size = info.batch_size
         self.batch_fill = info.batch_fill
         self.trainer_token_limit = info.max_token_len if info.max_token_len > 0 else None
-        log.info("registered as env %d (%s); batch size %d", self.env_id, self.s.name, self.batch_size)
+        for policy in self.s.policy_names:  # several: each trainer's own batch, and the tightest token limit
+            info = await self.batcher.info(policy)
+            self.batch_sizes[policy] = info.batch_size
+            if info.max_token_len > 0:
+                self.trainer_token_limit = min(self.trainer_token_limit or info.max_token_len, info.max_token_len)
+        log.info("registered as env %d (%s); batch size %d%s", self.env_id, self.s.name, self.batch_size,
+                 f" (by policy: {self.batch_sizes})" if self.batch_sizes else "")
 
     async def token_limit(self) -> int:
         """Longest sequence posted: single-turn prompts and answers are short."""
@@ -102,28 +110,39 @@ class EnvRunner:
         (a dead env still counted) must never keep the queue below a batch.
         httpx errors are transient, ``BatcherRefused`` is not."""
         status = await self.batcher.env_status(self.env_id, self.holding_back)
+        if status.policies:  # several: full when some policy's own backlog is, unless any trainer waits
+            if any(p.trainer_waiting for p in status.policies.values()):
+                return False
+            return any(p.self_queue_size * self.s.group_size
+                       >= max(self.s.max_batches_offpolicy * (p.batch_size or self.s.group_size) * status.env_weight,
+                              self.s.group_size)
+                       for p in status.policies.values())
         if status.trainer_waiting:
             return False
         own_sequences = status.self_queue_size * self.s.group_size
         share = self.s.max_batches_offpolicy * (self.batch_size or self.s.group_size) * status.env_weight
         return own_sequences >= max(share, self.s.group_size)
 
-    async def weight_version(self) -> int | None:
+    def served(self, policy: str | None = None) -> str:
+        """The served name whose replicas to read: ``policy``'s, else the run's first (its only one)."""
+        return policy or (self.s.policies[0].name if self.s.policies else self.s.served_model_name)
+
+    async def weight_version(self, policy: str | None = None) -> int | None:
         """The registry's view of the oldest served version (``common.weight_versions.sampling_version``):
         a group's label only when its response carries no versions, and what /evaluate reports."""
         if self.registry is None:
             return None
-        endpoints = (await self.registry.list(model=self.s.served_model_name, ready=True)).endpoints
-        return sampling_version(endpoints, self.s.served_model_name)
+        endpoints = (await self.registry.list(model=self.served(policy), ready=True)).endpoints
+        return sampling_version(endpoints, self.served(policy))
 
-    async def policy_version(self) -> int:
+    async def policy_version(self, policy: str | None = None) -> int:
         """How far the trainer has got (``common.weight_versions.policy_version``). A replica that lags
         (restarted, a failed sync) must not hold every env back: with a staleness bound and a queue
         short of a batch, that stops the trainer and the run."""
         if self.registry is None:
             return 0
-        endpoints = (await self.registry.list(model=self.s.served_model_name)).endpoints
-        return policy_version(endpoints, self.s.served_model_name)
+        endpoints = (await self.registry.list(model=self.served(policy))).endpoints
+        return policy_version(endpoints, self.served(policy))
 
     def _trial_key(self, trial: str, ttl_seconds: float | None = None) -> str:
         """A key for this trial only, expiring with it (default: one request's worth)."""
@@ -224,7 +243,7 @@ class EnvRunner:
         await self.recover()
         async with asyncio.TaskGroup() as workers:
             workers.create_task(self.keep_lease(), name="lease")
-            await wait_for_a_replica(self.proxy)
+            await wait_for_a_replica(self.proxy, policies=self.s.policy_names)
             for i in range(self.s.workers):
                 workers.create_task(self.worker(i), name=f"worker {i}")
 

@@ -70,6 +70,9 @@ CLAUDE_CODE_SYSTEM_PROMPT = "You are a coding agent working in /app. Use the too
 SUB_AGENT = "worker"
 """The sub-agent type the sub-agent preset defines (``--agents``): one line of prompt and ``Bash``,
 where claude-code's own ``general-purpose`` type brings a 20 kB prompt and every tool."""
+SUB_AGENT_MODEL = "claude-haiku-4-5"
+"""What claude-code asks for on its haiku slot in a trial (``ANTHROPIC_DEFAULT_HAIKU_MODEL``): the model of a
+sub-agent defined with ``model: haiku``, which a run of several policies routes to the sub-agent's own."""
 SUB_AGENTS = {SUB_AGENT: {"description": "Runs a sub-task with shell commands and reports the result.",
                           "prompt": "You are a worker in /app. Use Bash to do the sub-task, then say Done.", "tools": ["Bash"]}}
 

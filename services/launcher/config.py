@@ -11,6 +11,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlstack.common.names import POLICY_NAME
+from rlstack.common.policies import PolicyRoute, PolicyTable
+
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
 
@@ -50,6 +53,21 @@ class ServiceSpec(BaseModel):
     """JSON progress (step/steps/...) drawn as a live line while the run waits on this service."""
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     """Brought back on the same port when it dies (the ``until`` service too, unless it exits 0)."""
+    policy: str | None = Field(default=None, pattern=POLICY_NAME)
+    """With a ``policies:`` block: the policy this replica serves or this trainer trains; its model,
+    served name and directories come from the block (``launcher.policies``)."""
+
+
+class PolicyDecl(PolicyRoute):
+    """One policy of a run: the names it answers (``PolicyRoute``) and the model it starts from."""
+
+    model: str = Field(min_length=1)
+    """The model directory its replicas serve and its trainer trains."""
+    family: str | None = None
+    """Its model family; unset, read from the directory. One the directory contradicts is refused."""
+
+    def route(self) -> PolicyRoute:
+        return PolicyRoute(name=self.name, served_names=self.served_names, responses_names=self.responses_names)
 
 
 class RunConfig(BaseModel):
@@ -60,8 +78,11 @@ class RunConfig(BaseModel):
     runs_dir: Path = Path("runs")
     services: list[ServiceSpec] = Field(min_length=1)
     """Started in this order, each gated on the previous one's readiness."""
-    until: str | None = None
-    """The service whose exit ends the run (exit 0: success); unset, the stack runs until Ctrl-C."""
+    until: str | list[str] | None = None
+    """The service whose exit ends the run (exit 0: success), or several (a trainer per policy): the run
+    ends when every one has exited 0; unset, the stack runs until Ctrl-C."""
+    policies: list[PolicyDecl] = Field(default_factory=list)
+    """Several policies trained in one run (``launcher.policies``); empty: one, as every service's flags say."""
     auth: bool = True
     """Mint per-run tokens and require them on every service (``launcher.auth``); false: an open stack."""
     stop_grace_s: float = Field(default=60.0, ge=1.0, le=600.0)
@@ -77,10 +98,22 @@ class RunConfig(BaseModel):
             raise ValueError(f"service names must be unique, repeated: {duplicates}")
         return services
 
+    @field_validator("policies")
+    @classmethod
+    def _one_answer_per_name(cls, policies: list[PolicyDecl]) -> list[PolicyDecl]:
+        if policies:
+            PolicyTable(tuple(p.route() for p in policies))  # names each given once, no name claimed by two
+        return policies
+
+    @property
+    def until_services(self) -> list[str]:
+        return [] if self.until is None else [self.until] if isinstance(self.until, str) else list(self.until)
+
     @model_validator(mode="after")
     def _until_names_a_service(self) -> RunConfig:
-        if self.until is not None and self.until not in {s.name for s in self.services}:
-            raise ValueError(f"until names no service: {self.until!r}")
+        names = {s.name for s in self.services}
+        if unknown := [u for u in self.until_services if u not in names]:
+            raise ValueError(f"until names no service: {', '.join(map(repr, unknown))}")
         return self
 
     @classmethod

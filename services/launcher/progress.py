@@ -1,4 +1,4 @@
-"""Waiting on a run's main service (the trainer) with a live progress line from its /status."""
+"""Waiting on a run's main services (its trainer, or a trainer per policy) with a live progress line each from its /status."""
 
 from __future__ import annotations
 
@@ -25,22 +25,31 @@ def _describe(status: dict) -> str:
     return "  ".join(parts)
 
 
-def wait_for(supervisor: Supervisor, name: str, poll_s: float = 1.0) -> int:
-    """Block until service ``name`` exits 0; returns 0. Every service that dies, ``name`` too, is
-    restarted under its policy (the trainer resumes from its checkpoint); a restart loop fails the run."""
-    columns = (TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+def wait_for(supervisor: Supervisor, names: list[str], poll_s: float = 1.0) -> int:
+    """Block until every service in ``names`` (a trainer per policy) has exited 0; returns 0, a live line
+    each meanwhile. Every service that dies, these too, is restarted under its policy (a trainer resumes
+    from its checkpoint); a restart loop fails the run."""
+    width = max(map(len, names))
+    columns = (TextColumn("[bold]{task.fields[service]}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=None)
+        tasks = {name: progress.add_task("starting", total=None, service=name.ljust(width)) for name in names}
         while True:
-            svc = supervisor.running[name]
-            if svc.proc.poll() == 0:
+            svcs = {name: supervisor.running[name] for name in names}
+            if all(svc.proc.poll() == 0 for svc in svcs.values()):
                 return 0
-            supervisor.check_alive(except_for=None if svc.proc.poll() is not None else name)
-            url = svc.url + svc.spec.status_path if svc.spec.status_path else None
-            if url and svc.proc.poll() is None:
-                try:
-                    status = httpx.get(url, timeout=2, headers=bearer(supervisor.token(name))).json()
-                    progress.update(task, total=status.get("steps"), completed=status.get("step", 0), description=_describe(status))
-                except (httpx.HTTPError, ValueError):
-                    pass
+            # a finished one (exit 0) is not restarted; one that died is judged by check_alive like any other
+            done = [name for name, svc in svcs.items() if svc.proc.poll() == 0]
+            supervisor.check_alive(except_for=done)
+            for name, svc in svcs.items():
+                url = svc.url + svc.spec.status_path if svc.spec.status_path else None
+                if url and svc.proc.poll() is None:
+                    try:
+                        status = httpx.get(url, timeout=2, headers=bearer(supervisor.token(name))).json()
+                        progress.update(tasks[name], total=status.get("steps"), completed=status.get("step", 0),
+                                        description=_describe(status))
+                    except (httpx.HTTPError, ValueError):
+                        pass
+                elif svc.proc.poll() == 0:
+                    progress.update(tasks[name], description="done")
             time.sleep(poll_s)

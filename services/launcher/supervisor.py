@@ -15,6 +15,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -92,12 +93,12 @@ class Supervisor:
         """The bearer token service ``name``'s routes want (None: auth is off)."""
         return self.tokens.token_for(self.running[name].spec.module) if self.tokens is not None else None
 
-    def check_alive(self, except_for: str | None = None) -> None:
-        """Restart what died and is due (never ``except_for``, whose exit the caller judges);
+    def check_alive(self, except_for: Collection[str] = ()) -> None:
+        """Restart what died and is due (never those ``except_for``, whose exits the caller judges);
         raise ``ServiceFailed`` for a service past its restarts in a row."""
         now = time.monotonic()
         for name, svc in list(self.running.items()):
-            if name == except_for or svc.proc.poll() is None:
+            if name in except_for or svc.proc.poll() is None:
                 continue
             policy, record = svc.spec.restart, self.restarts[name]
             if record.due_at is None:  # just found dead

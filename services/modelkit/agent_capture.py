@@ -30,6 +30,7 @@ from rlstack.episodes.agents import (
     CLAUDE_CODE_BIN,
     CODEX_BIN,
     OPENCODE_BIN,
+    SUB_AGENT_MODEL,
     AgentLimits,
     builtin_agent,
     claude_code_agent,
@@ -51,7 +52,10 @@ PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 
 
-Agent = Literal["claude-code", "claude-code-subagents", "codex", "opencode", "builtin"]
+Agent = Literal["claude-code", "claude-code-subagents", "claude-code-team", "codex", "opencode", "builtin"]
+"""``claude-code-team``: the lead and a ``worker`` sub-agent whose definition asks for ``model: haiku``, as
+a two-policy run's trials start it (``envs`` with ``sub_agent_policy``), each doing part of a task."""
+
 
 
 class CaptureSpec(BaseModel):
@@ -72,6 +76,8 @@ class CaptureSpec(BaseModel):
             return builtin_agent(AgentLimits())
         if self.agent == "claude-code-subagents":
             return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN, subagents=True)
+        if self.agent == "claude-code-team":
+            return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN, subagents=True, sub_agent_model="haiku")
         return claude_code_agent(self.agent_bin or CLAUDE_CODE_BIN)
 
 
@@ -131,7 +137,8 @@ async def _trials(tasks_dir: Path, trials_dir: Path, proxy_url: str, spec: Captu
 
     async def one(index: int, task) -> tuple[str, tuple[str, float | None]]:  # noqa: ANN001 - a HarborTask
         trial = f"t{index}"
-        env = trial_env(agent, proxy_url, RUN, trial, "open", spec.served_model_name)
+        env = trial_env(agent, proxy_url, RUN, trial, "open", spec.served_model_name,
+                        haiku_model=SUB_AGENT_MODEL if spec.agent == "claude-code-team" else None)
         trial_spec = TrialSpec(run=RUN, trial=trial, task=task, agent=agent, env=env,
                                agent_timeout_sec=spec.agent_timeout_sec, private_paths=[dataset.root])
         async with slots:
@@ -148,7 +155,7 @@ def capture(tasks: list[TaskSpec], out: Path, spec: CaptureSpec | None = None) -
     if not PROXY_PYTHON.exists():
         raise FileNotFoundError(f"no {PROXY_PYTHON}: run `make setup-proxy`")
     out.mkdir(parents=True, exist_ok=True)
-    teacher = Teacher(tasks, served_model_name=spec.served_model_name)
+    teacher = Teacher(tasks, served_model_name=spec.served_model_name, team=spec.agent == "claude-code-team")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rlstack-capture-") as scratch:
         work = Path(scratch)

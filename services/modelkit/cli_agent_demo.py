@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from rlstack.modelkit.agent_corpus import (
     tokenizer_text,
 )
 from rlstack.modelkit.agent_warm_start import _batch
-from rlstack.modelkit.teacher import FINAL_TEXT
+from rlstack.modelkit.teacher import FINAL_TEXT, SUB_TASK, message_text
 from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
 from rlstack.modelkit.warm_start import sft_steps
 
@@ -58,6 +59,9 @@ class CliAgentDemoSpec(BaseModel):
     """Generated tasks claude-code solves with the teacher (all families in turn)."""
     capture_seed: int = 1000
     """Disjoint from the seed of the training tasks."""
+    capture_families: tuple[str, ...] = FAMILIES
+    """The task families captured (all of them by default; the team's leaves out ``fix``, whose
+    solution needs the file the lead looked at, which its delegation does not pass on)."""
     capture_concurrency: int = Field(default=4, ge=1)
     tokenizer_prose_bytes: int = Field(default=4_000_000, ge=0)
     """Standard-library prose in the tokenizer's corpus (the demo's 4 MB; a test's model needs less)."""
@@ -100,15 +104,12 @@ def complete(threads: list[list[dict]]) -> list[list[dict]]:
     return [t for t in threads if t[-1]["response"].get("content") == FINAL_TEXT]
 
 
-def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentDemoSpec, progress: bool = True) -> dict:
-    """One policy for every agent in ``captures`` (agent -> its capture directory, captured when empty)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    started = time.monotonic()
+def captured_threads(captures: dict[Agent, Path], spec: CliAgentDemoSpec) -> list[list[dict]]:
+    """Every complete conversation of each agent's capture (captured first where the directory has none)."""
     threads = []
     for agent, capture_dir in captures.items():
         if not (capture_dir / "exchanges.jsonl").exists():
-            result = capture(generate(spec.capture_tasks, spec.capture_seed, FAMILIES), capture_dir,
+            result = capture(generate(spec.capture_tasks, spec.capture_seed, spec.capture_families), capture_dir,
                              CaptureSpec(concurrency=spec.capture_concurrency, agent=agent))
             log.info("captured %d calls of %s on %d tasks (%d solved) in %.0fs", result.exchanges, agent, result.trials,
                      result.solved, result.seconds)
@@ -116,10 +117,14 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
         if not captured:
             raise RuntimeError(f"{capture_dir}: no complete {agent} conversation was captured")
         threads += captured
-    last = [t[-1] for t in threads]
+    return threads
+
+
+def _base_model(out: Path, threads: list[list[dict]], spec: CliAgentDemoSpec) -> None:
+    """The tokenizer (the demo's, trained on the conversations too; or a family's) and the untrained tiny model."""
     if spec.model_family == "demo":
         build_tiny_model(out, TinyModelSpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed),
-                         extra_text=list(tokenizer_text(last)) * spec.tokenizer_weight, template=TEMPLATE,
+                         extra_text=list(tokenizer_text([t[-1] for t in threads])) * spec.tokenizer_weight, template=TEMPLATE,
                          prose_bytes=spec.tokenizer_prose_bytes)
     else:
         from rlstack.common.model_families import get_family
@@ -127,6 +132,11 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
 
         build_family_tiny_model(out, get_family(spec.model_family),
                                 FamilyTinySpec(max_position_embeddings=spec.max_position_embeddings, seed=spec.seed))
+
+
+def _warm_start(out: Path, threads: list[list[dict]], spec: CliAgentDemoSpec, label: str, progress: bool) -> dict:
+    """Supervised steps on the conversations' calls, each rendered as vLLM renders it; saved into ``out``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
@@ -143,13 +153,50 @@ def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentD
         raise ValueError(f"a captured conversation is {longest} tokens; max_position_embeddings is {spec.max_position_embeddings}")
     sft_start = time.monotonic()
     steps, loss = sft_steps(model, lambda: _batch(rng.sample(rows, min(spec.batch_size, len(rows))), tokenizer.pad_token_id),
-                            spec.steps, spec.lr, spec.max_seconds, f"{' + '.join(captures)} warm start", progress,
-                            lr_end=spec.lr_end)
+                            spec.steps, spec.lr, spec.max_seconds, f"{label} warm start", progress, lr_end=spec.lr_end)
     model.save_pretrained(out, safe_serialization=True)
-    record = {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
-              "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),
-              "longest_tokens": longest, "steps": steps, "loss": loss, "sft_seconds": time.monotonic() - sft_start,
-              "seconds": time.monotonic() - started, "captures": {agent: str(d) for agent, d in captures.items()}}
+    return {"spec": spec.model_dump(), "conversations": len(threads), "rows": len(rows), "thread_breaks": breaks,
+            "first_prompt_tokens": first_prompt, "mean_tokens": sum(len(r[0]) for r in rows) / len(rows),
+            "longest_tokens": longest, "steps": steps, "loss": loss, "sft_seconds": time.monotonic() - sft_start}
+
+
+def build_cli_agent_demo(out: Path, captures: dict[Agent, Path], spec: CliAgentDemoSpec, progress: bool = True) -> dict:
+    """One policy for every agent in ``captures`` (agent -> its capture directory, captured when empty)."""
+    started = time.monotonic()
+    threads = captured_threads(captures, spec)
+    _base_model(out, threads, spec)
+    record = _warm_start(out, threads, spec, " + ".join(captures), progress)
+    record |= {"seconds": time.monotonic() - started, "captures": {agent: str(d) for agent, d in captures.items()}}
     (out / RECORD).write_text(json.dumps(record, indent=2))
     log.info("%s demo: %s", " + ".join(captures), record)
     return record
+
+
+def is_sub_agent(thread: list[dict]) -> bool:
+    """A sub-agent's conversation: its user turns carry the teacher's delegated prompt (after claude-code's
+    reminders), as the teacher itself tells the threads apart."""
+    return any(SUB_TASK in message_text(m) for m in thread[0]["request"]["messages"] if m.get("role") == "user")
+
+
+def build_team_demo(lead: Path, helper: Path, capture_dir: Path, spec: CliAgentDemoSpec, progress: bool = True) -> dict:
+    """Two policies from one capture of claude-code with a sub-agent (``claude-code-team``): the lead's
+    conversations warm-start ``lead``, the sub-agent's ``helper``. One tokenizer for both, trained on
+    both, so each policy reads the other's words (the lead's delegated prompt is the helper's task)."""
+    started = time.monotonic()
+    threads = captured_threads({"claude-code-team": capture_dir}, spec)
+    helper_threads = [t for t in threads if is_sub_agent(t)]
+    lead_threads = [t for t in threads if not is_sub_agent(t)]
+    if not helper_threads or not lead_threads:
+        raise RuntimeError(f"{capture_dir}: {len(lead_threads)} lead and {len(helper_threads)} sub-agent conversations; "
+                           "a team needs both")
+    _base_model(lead, threads, spec)
+    if helper.exists():
+        shutil.rmtree(helper)
+    shutil.copytree(lead, helper)  # the same tokenizer and starting weights
+    records = {}
+    for name, out, own in (("lead", lead, lead_threads), ("helper", helper, helper_threads)):
+        records[name] = _warm_start(out, own, spec, f"claude-code team {name}", progress)
+        records[name] |= {"role": name, "seconds": time.monotonic() - started, "captures": {"claude-code-team": str(capture_dir)}}
+        (out / RECORD).write_text(json.dumps(records[name], indent=2))
+    log.info("claude-code team demo: %s", records)
+    return records

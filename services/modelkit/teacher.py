@@ -90,20 +90,30 @@ class Conversation:
     """Assistant turns so far that called a tool."""
 
 
-def next_message(spec: TaskSpec | None, seen: Conversation) -> dict[str, Any]:
-    """The teacher's answer: the next reference tool call, a delegation to a sub-agent, or the final text."""
+def next_message(spec: TaskSpec | None, seen: Conversation, team: bool = False) -> dict[str, Any]:
+    """The teacher's answer: the next reference tool call, a delegation to a sub-agent, or the final text.
+
+    ``team``: the lead and its sub-agent each do part of the task (two policies, each learning its own
+    part): the lead runs the first reference command itself (looks at the input), then delegates the
+    task; the sub-agent runs the rest (solves) and reports. Without it the lead delegates at once and
+    the sub-agent does all of it."""
     if spec is None or not seen.offered:
         return {"role": "assistant", "content": "ok"}  # a side call (title, ping)
     done = seen.tool_calls_made
     commands = reference_commands(spec, seen.transcript)
     shell = next((name for name in SHELL_TOOLS if name in seen.offered), None)
     if SUB_AGENT_TOOL in seen.offered and SUB_TASK not in seen.users:
-        if done:  # the sub-agent's result is back
+        own = 1 if team and shell is not None else 0  # the lead's own commands before it delegates
+        if done < own:
+            return tool_call(shell, {SHELL_TOOLS[shell]: commands[done]})
+        if done > own:  # the sub-agent's result is back
             return {"role": "assistant", "content": FINAL_TEXT}
         # the main thread hands the task to a sub-agent, then reports its result
         arguments = {"description": "Do the task", "prompt": SUB_TASK + spec.instruction.strip(),
                      "subagent_type": sub_agent_type(seen.users), "run_in_background": False}
         return tool_call(SUB_AGENT_TOOL, arguments)
+    if team and SUB_TASK in seen.users:
+        commands = commands[1:]  # the lead has looked already
     if shell is not None and done < len(commands):
         return tool_call(shell, {SHELL_TOOLS[shell]: commands[done]})
     return {"role": "assistant", "content": FINAL_TEXT}
@@ -140,8 +150,11 @@ class Exchange:
 class Teacher:
     """Answers each call from the task whose instruction appears in the conversation."""
 
-    def __init__(self, tasks: list[TaskSpec], served_model_name: str = SERVED_MODEL_NAME, max_model_len: int = 1_000_000) -> None:
+    def __init__(self, tasks: list[TaskSpec], served_model_name: str = SERVED_MODEL_NAME, max_model_len: int = 1_000_000,
+                 team: bool = False) -> None:
         self.tasks = {spec.instruction.strip(): spec for spec in tasks}
+        self.team = team
+        """The lead and its sub-agent each do part of a task (``next_message``)."""
         self.served_model_name, self.max_model_len = served_model_name, max_model_len
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
@@ -160,7 +173,7 @@ class Teacher:
             offered={t.get("function", {}).get("name") for t in body.get("tools") or []},
             tool_calls_made=sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls")))
         spec = self.find_task(seen.users)
-        message = next_message(spec, seen)
+        message = next_message(spec, seen, self.team)
         with self._lock:
             self.exchanges.append(Exchange(body, message, spec.name if spec else None))
         return message

@@ -129,10 +129,20 @@ def _problems(exc: ValidationError | SettingsError) -> str:
 
 
 def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
+    from rlstack.common.model_families import ModelFamilyError
     from rlstack.launcher.config import RunConfig
+    from rlstack.launcher.policies import PolicyConfigError, expand
 
     config = RunConfig.model_validate(data)
     findings = []
+    if config.policies:
+        try:
+            config = expand(config)  # each policy's replicas and trainer get its model from the block: they agree
+            findings.append(Finding(check="policies", ok=True, detail="; ".join(
+                f"{p.name}: {p.model}, replicas {[s.name for s in config.services if s.policy == p.name and s.module == 'rlstack.inference']}"
+                for p in config.policies)))
+        except (PolicyConfigError, ModelFamilyError) as exc:
+            findings.append(Finding(check="policies", ok=False, detail=str(exc)))
     by_name = {s.name: s for s in config.services}
     for spec in config.services:
         for text in [*spec.args, *spec.env.values()]:

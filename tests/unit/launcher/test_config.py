@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from rlstack.launcher.config import RunConfig
+from rlstack.launcher.policies import expand
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -38,7 +39,8 @@ def test_extra_ports_are_free_and_addressable(tmp_path):
     assert addresses["inference"].vllm != addresses["inference"].port
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("local-agent-*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(p for p in EXAMPLES.glob("local-agent-*.yaml") if not p.stem.endswith("-team")),
+                         ids=lambda p: p.stem)
 def test_each_cli_agent_run_serves_and_trains_its_own_demo_policy(path):
     """``make run-agent AGENT=<agent>`` runs ``examples/local-agent-<agent>.yaml``: its env runs that
     agent, on the tasks and the policy ``rlstack make-cli-agent-demo --agent <agent>`` writes."""
@@ -60,11 +62,15 @@ def test_a_restarted_replica_finds_the_trainers_published_weights(path):
     trainer's ``weights_dir`` (``{run_dir}/weights`` unless given). Without it, the fault run found,
     the replica came back on the base model, the env servers' staleness bound read version 0 and
     stopped, and the trainer waited for a batch forever."""
-    services = {s.name: s for s in RunConfig.load(path).services}
-    if "inference" not in services or "trainer" not in services:
-        return
-    trainer, replica = services["trainer"].args, services["inference"].args
-    if trainer[trainer.index("--sync-mode") + 1] not in ("filesystem", "lora"):
-        return
-    published = trainer[trainer.index("--weights-dir") + 1] if "--weights-dir" in trainer else "{run_dir}/weights"
-    assert "--weights-dir" in replica and replica[replica.index("--weights-dir") + 1] == published
+    config = expand(RunConfig.load(path))
+    for policy in [p.name for p in config.policies] or [None]:
+        replicas = [s.args for s in config.services if s.module == "rlstack.inference" and s.policy == policy]
+        trainers = [s.args for s in config.services if s.module == "rlstack.trainer" and s.policy == policy]
+        if not replicas or not trainers:
+            continue
+        trainer = trainers[0]
+        if trainer[trainer.index("--sync-mode") + 1] not in ("filesystem", "lora"):
+            continue
+        published = trainer[trainer.index("--weights-dir") + 1] if "--weights-dir" in trainer else "{run_dir}/weights"
+        for replica in replicas:
+            assert "--weights-dir" in replica and replica[replica.index("--weights-dir") + 1] == published
