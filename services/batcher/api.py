@@ -156,9 +156,10 @@ async def status_env(request: Request, env_id: int | None = None, svc: BatcherSe
 
 
 @router.get("/progress", response_model=ProgressReport, dependencies=WRITE)
-async def progress(svc: BatcherService = Depends(service)):
-    """rlstack extension: is the trainer getting batches, and if not, what each env is doing."""
-    return svc.progress()
+async def progress(policy: str | None = None, svc: BatcherService = Depends(service)):
+    """rlstack extension: is the trainer getting batches, and if not, what each env is doing;
+    ``?policy=``: that policy's trainer and queue (unset: the first's)."""
+    return svc.progress(policy)
 
 
 @router.get("/reset_data", dependencies=WRITE)

@@ -76,7 +76,7 @@ async def _compact_periodically(svc: BatcherService) -> None:
 
 
 async def _watch_flow(svc: BatcherService) -> None:
-    """Once a second: expire the leases of silent envs, and name a stall when the trainer starves."""
+    """Once a second: expire the leases of silent envs, and name a stall when a trainer starves."""
     last = time.monotonic()
     while True:
         await asyncio.sleep(WATCH_SECONDS)
@@ -90,9 +90,12 @@ async def _watch_flow(svc: BatcherService) -> None:
             env = svc.state.envs[env_id]
             log.warning("env %d (%s) silent for %.0fs: lease expired, it no longer takes a share of the weight; "
                         "its queued groups stay trainable", env_id, env.real_name, svc.settings.env_lease_seconds)
-        report = svc.progress()
-        change, say = svc.stall.update(report.stalled)
-        if change == "ended":
-            log.info("stall over after %.0fs: %s", svc.stall.last_duration, report.describe())
-        elif say:
-            log.warning("run stalled%s: %s", "" if change == "began" else f" for {svc.stall.lasted():.0f}s", report.describe())
+        for policy, stall in svc.stalls.items():  # each trainer on its own queue
+            report = svc.progress(policy)
+            change, say = stall.update(report.stalled)
+            whose = "" if len(svc.stalls) == 1 else f" (policy {policy})"
+            if change == "ended":
+                log.info("stall over%s after %.0fs: %s", whose, stall.last_duration, report.describe())
+            elif say:
+                log.warning("run stalled%s%s: %s", whose, "" if change == "began" else f" for {stall.lasted():.0f}s",
+                            report.describe())

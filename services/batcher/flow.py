@@ -5,6 +5,8 @@ A trainer that asks and gets nothing is the one fact every hold-back rule must y
 waits, env servers are told so (``trainer_waiting`` in ``/status-env``) and produce whatever their
 share says. When it has waited ``stall_after_seconds`` and nothing is coming (no live env, every
 live env holding back, or no group for that long), the run is stalled, and the batcher says why.
+With several policies each trainer is judged on its own queue: one starving while the other is fed
+is that policy's stall.
 """
 
 from __future__ import annotations
@@ -87,9 +89,9 @@ class StallWatch:
 
 
 def progress_report(state: BatcherState, leases: EnvLeases, wait: TrainerWait, stall_after: float, quiet_since: float,
-                    any_group: bool) -> ProgressReport:
-    """The run's flow now; ``quiet_since``: when the last group arrived (or the batcher started,
-    when ``any_group`` is False)."""
+                    any_group: bool, policy: str | None = None) -> ProgressReport:
+    """One policy's flow now (its queue and trainer; the envs are every policy's); ``quiet_since``:
+    when its last group arrived (or the batcher started, when ``any_group`` is False)."""
     live = leases.live_ids()
     weights = state.env_weights(live)
     queued = state.queued_by_env()
@@ -107,7 +109,7 @@ def progress_report(state: BatcherState, leases: EnvLeases, wait: TrainerWait, s
     stalled = waiting is not None and waiting >= stall_after and (
         not producers or all(e.holding_back is not None for e in producers) or quiet >= stall_after)
     return ProgressReport(
-        step=state.step, batch_size=state.trainer.batch_size if state.trainer else None,
+        policy=policy, step=state.step, batch_size=state.trainer.batch_size if state.trainer else None,
         queue_sequences=state.available_sequences, trainer_waiting_seconds=waiting,
         last_group_seconds_ago=quiet if any_group else None, stall_after_seconds=stall_after, stalled=stalled, envs=envs,
     )

@@ -18,34 +18,54 @@ class BatcherCollector(Collector):
         self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        state = self.service.state
-        c = state.counters
-        yield GaugeMetricFamily(P + "queue_groups", "Groups waiting to be batched", value=state.available_groups)
-        yield GaugeMetricFamily(P + "queue_sequences", "Sequences waiting to be batched", value=state.queued_sequences)
-        yield GaugeMetricFamily(P + "queue_capacity_sequences", "Queue bound in sequences", value=self.service.settings.max_queue_sequences)
-        yield GaugeMetricFamily(P + "current_step", "Batches handed out so far (the trainer step)", value=state.step)
+        svc = self.service
+        yield from self._per_policy()
+        state = svc.state  # the envs, as every policy's queue sees them
+        yield GaugeMetricFamily(P + "queue_capacity_sequences", "Queue bound in sequences (every policy's together)",
+                                value=svc.settings.max_queue_sequences)
         yield GaugeMetricFamily(P + "envs_connected", "Registered, connected env servers", value=sum(e.connected for e in state.envs))
-        live = self.service.leases.live_ids()
+        live = svc.leases.live_ids()
         yield GaugeMetricFamily(P + "envs_live", "Connected envs whose lease is current (they share the weight)",
                                 value=sum(e.connected and e.env_id in live for e in state.envs))
         yield CounterMetricFamily(P + "env_leases_expired", "Env leases that ran out (an env silent past its lease)",
-                                  value=self.service.leases.expired_total)
-        waiting = self.service.trainer_wait.seconds()
-        yield GaugeMetricFamily(P + "trainer_waiting_seconds", "How long the trainer's batch polls have come back empty (0: not waiting)",
-                                value=waiting or 0.0)
-        yield GaugeMetricFamily(P + "stalled", "1 while the trainer starves and no env produces for it", value=int(self.service.stall.stalled))
-        yield CounterMetricFamily(P + "stalls", "Stalls: the trainer waited stall_after_seconds with no env producing", value=self.service.stall.episodes)
-        yield GaugeMetricFamily(P + "wal_bytes", "Size of the write-ahead log", value=self.service.wal.size)
-        yield CounterMetricFamily(P + "groups_accepted", "Groups accepted", value=c.groups_accepted)
-        yield CounterMetricFamily(P + "sequences_accepted", "Sequences accepted", value=c.sequences_accepted)
-        yield CounterMetricFamily(P + "batches_served", "Batches handed to the trainer", value=c.batches_served)
+                                  value=svc.leases.expired_total)
+        yield GaugeMetricFamily(P + "wal_bytes", "Size of the write-ahead log", value=svc.wal.size)
         rejected = CounterMetricFamily(P + "requests_rejected", "Scored-data requests refused, by reason", labels=["reason"])
-        for reason, count in sorted(self.service.rejected.items()):
+        for reason, count in sorted(svc.rejected.items()):
             rejected.add_metric([reason], count)
         yield rejected
-        dropped = CounterMetricFamily(P + "groups_dropped", "Queued groups dropped, by reason", labels=["reason"])
-        for reason, count in sorted(c.dropped.items()):
-            dropped.add_metric([reason], count)
+
+    def _per_policy(self) -> Iterator[Metric]:
+        """One series per policy (``policy``: its name, the served name, also with one policy), so a
+        dashboard reads a run of one or several the same way."""
+        svc = self.service
+        families = {
+            "queue_groups": GaugeMetricFamily(P + "queue_groups", "Groups waiting to be batched", labels=["policy"]),
+            "queue_sequences": GaugeMetricFamily(P + "queue_sequences", "Sequences waiting to be batched", labels=["policy"]),
+            "current_step": GaugeMetricFamily(P + "current_step", "Batches handed out so far (the trainer step)", labels=["policy"]),
+            "trainer_waiting_seconds": GaugeMetricFamily(
+                P + "trainer_waiting_seconds", "How long the trainer's batch polls have come back empty (0: not waiting)",
+                labels=["policy"]),
+            "stalled": GaugeMetricFamily(P + "stalled", "1 while the trainer starves and no env produces for it", labels=["policy"]),
+            "stalls": CounterMetricFamily(P + "stalls", "Stalls: the trainer waited stall_after_seconds with no env producing",
+                                          labels=["policy"]),
+            "groups_accepted": CounterMetricFamily(P + "groups_accepted", "Groups accepted", labels=["policy"]),
+            "sequences_accepted": CounterMetricFamily(P + "sequences_accepted", "Sequences accepted", labels=["policy"]),
+            "batches_served": CounterMetricFamily(P + "batches_served", "Batches handed to the trainer", labels=["policy"]),
+        }
+        dropped = CounterMetricFamily(P + "groups_dropped", "Queued groups dropped, by reason", labels=["policy", "reason"])
+        for policy, state in svc.states.items():
+            c = state.counters
+            values = {"queue_groups": state.available_groups, "queue_sequences": state.queued_sequences, "current_step": state.step,
+                      "trainer_waiting_seconds": svc.trainer_waits[policy].seconds() or 0.0,
+                      "stalled": int(svc.stalls[policy].stalled), "stalls": svc.stalls[policy].episodes,
+                      "groups_accepted": c.groups_accepted, "sequences_accepted": c.sequences_accepted,
+                      "batches_served": c.batches_served}
+            for name, family in families.items():
+                family.add_metric([policy], values[name])
+            for reason, count in sorted(c.dropped.items()):
+                dropped.add_metric([policy, reason], count)
+        yield from families.values()
         yield dropped
 
 

@@ -88,10 +88,14 @@ class BatcherService:
         self.leases = EnvLeases(settings.env_lease_seconds)
         self.trainer_waits = {policy: TrainerWait(settings.trainer_poll_window_seconds) for policy in settings.policies}
         self.trainer_wait = self.trainer_waits[self.default]
-        self.stall = StallWatch()
+        self.stalls = {policy: StallWatch() for policy in settings.policies}
+        """Each policy's stall episodes: one trainer starving while the other is fed is a stall of its own."""
+        self.stall = self.stalls[self.default]
         self.started = time.monotonic()
         self.last_group: float | None = None
         """When a group was last accepted (monotonic)."""
+        self.last_groups: dict[str, float] = {}
+        """When a group of each policy was last accepted (monotonic)."""
 
     # ----- lifecycle -----
 
@@ -281,6 +285,7 @@ class BatcherService:
             if keyed is not None:
                 state.remember(*keyed, len(groups))
             self.last_group = time.monotonic()
+            self.last_groups.update(dict.fromkeys((g.policy or self.default for g in groups), self.last_group))
             for group in groups:
                 if group.env_id is not None:
                     self.leases.posted(group.env_id)
@@ -406,10 +411,13 @@ class BatcherService:
                                   for policy, state in self.states.items()}
         return status, revived
 
-    def progress(self) -> ProgressReport:
-        quiet_since = self.last_group if self.last_group is not None else self.started
-        return progress_report(self.state, self.leases, self.trainer_wait, self.settings.stall_after_seconds,
-                               quiet_since, self.last_group is not None)
+    def progress(self, policy: str | None = None) -> ProgressReport:
+        """``policy``'s trainer and queue (the first's for none); quiet means no group of that policy."""
+        name = policy or self.default
+        state = self.queue_of(name)
+        last = self.last_groups.get(name)
+        return progress_report(state, self.leases, self.trainer_waits[name], self.settings.stall_after_seconds,
+                               last if last is not None else self.started, last is not None, name)
 
     async def _log_event(self, event) -> None:  # noqa: ANN001 - any Event model
         await self.wal.append(*encode_event(event), on_durable=lambda: self.apply(event))

@@ -68,8 +68,10 @@ class BatcherClient:
         params = {"policy": policy} if policy else None
         return BatcherInfo.model_validate_json((await self._call("GET", "/info", params=params)).content)
 
-    async def status(self) -> Status:
-        return Status.model_validate_json((await self._call("GET", "/status")).content)
+    async def status(self, policy: str | None = None) -> Status:
+        """``policy``: that policy's queue and step, with a batcher of several."""
+        params = {"policy": policy} if policy else None
+        return Status.model_validate_json((await self._call("GET", "/status", params=params)).content)
 
     async def env_status(self, env_id: int, holding_back: HoldReason | None = None) -> EnvStatus:
         """One try: callers poll this and decide themselves how to wait out an outage. Each poll
@@ -83,9 +85,11 @@ class BatcherClient:
         r = await self._client.post("/disconnect-env", json=EnvIdentifier(env_id=env_id).model_dump(), timeout=timeout)
         r.raise_for_status()
 
-    async def progress(self) -> ProgressReport:
-        """rlstack's batcher only: is the trainer starving, and what each env is doing."""
-        return ProgressReport.model_validate_json((await self._call("GET", "/progress", attempts=2)).content)
+    async def progress(self, policy: str | None = None) -> ProgressReport:
+        """rlstack's batcher only: is the trainer starving, and what each env is doing; ``policy``:
+        that policy's trainer, with a batcher of several."""
+        params = {"policy": policy} if policy else None
+        return ProgressReport.model_validate_json((await self._call("GET", "/progress", attempts=2, params=params)).content)
 
     async def post_group(self, group: ScoredData | dict[str, Any], key: str | None = None) -> None:
         """``key``: the group's ``Idempotency-Key`` when the caller keeps it across its own restarts."""

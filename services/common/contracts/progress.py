@@ -32,6 +32,9 @@ class EnvFlow(BaseModel):
 
 
 class ProgressReport(BaseModel):
+    policy: str | None = None
+    """The policy whose trainer and queue these are (``?policy=``; unset: the batcher's first). None
+    from a batcher older than policies."""
     step: int
     batch_size: int | None
     """The registered trainer's batch, in sequences (None: no trainer yet)."""

@@ -149,7 +149,7 @@ def test_stale_groups_are_dropped_at_batch_time_and_counted(make_client):
     c.post("/scored_data", json=make_group(seed=2, weight_version=4))
     batch = c.get("/batch").json()["batch"]
     assert [g["weight_version"] for g in batch] == [4]
-    assert 'rlstack_batcher_groups_dropped_total{reason="stale"} 1.0' in c.get("/metrics").text
+    assert 'rlstack_batcher_groups_dropped_total{policy="policy",reason="stale"} 1.0' in c.get("/metrics").text
 
 
 def test_status_env_reads_json_body_on_get(client):
