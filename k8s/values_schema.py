@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlstack.common.model_families import FAMILIES
+from rlstack.common.names import POLICY_NAME
 
 SCHEMA = Path(__file__).resolve().parents[1] / "charts" / "rlstack" / "values.schema.json"
 
@@ -86,10 +87,82 @@ def component(props: J, required: list[str] | None = None) -> J:
 
 
 PDB = obj({"enabled": BOOL, "maxUnavailable": {"type": ["integer", "string"]}})
+AUTOSCALE_COMMON: J = {"enabled": BOOL, "minReplicas": i(1), "maxReplicas": i(1)}
+
+MODEL = obj({
+    "path": s("model directory on the shared volume", pattern="^/"),
+    "servedName": s(minLength=1),
+    "family": enum("", *FAMILIES),
+    "source": obj({
+        "type": enum("hub", "demo", "hostPath", "claim", "none"),
+        "hub": obj({"id": s(), "revision": s(minLength=1), "tokenSecret": s(), "tokenSecretKey": s(minLength=1)}),
+        "hostPath": s(),
+        "claim": obj({"name": s(), "subPath": s()}),
+    }, ["type"]),
+    "job": obj({"backoffLimit": i(0), "nodeSelector": STR_MAP, "tolerations": LIST,
+                "priorityClassName": s(), "resources": RESOURCES}),
+}, ["path", "servedName", "source"])
+
+INFERENCE = component({
+    "replicas": i(0), "vllmPort": PORT,
+    "device": enum("cuda", "cpu"),
+    "tensorParallelSize": i(1, 64), "pipelineParallelSize": i(1, 64),
+    "shmSize": QUANTITY,
+    "extraVllmArgs": {"type": "array", "items": {"type": "string"}},
+    "startupProbe": obj({"periodSeconds": i(1), "failureThreshold": i(1)}, ["periodSeconds", "failureThreshold"]),
+    "rollingUpdate": obj({"maxSurge": {"type": ["integer", "string"]}, "maxUnavailable": {"type": ["integer", "string"]}}),
+    "progressDeadlineMarginSeconds": i(0),
+    "pdb": PDB,
+    "autoscaling": obj({
+        **AUTOSCALE_COMMON, "type": enum("keda", "hpa"), "waitingPerReplica": POSITIVE,
+        "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)}),
+        "hpa": obj({"metricName": s(minLength=1)}),
+    }),
+})
+
+TRAINER = component({
+    "workload": enum("Job", "Deployment", desc="Job frees the GPU when the run ends"),
+    "runId": s("the training run: a new value starts a new run", pattern="^([a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?)?$"),
+    "kueue": obj({"queueName": s("Kueue LocalQueue of the trainer Job")}),
+    "backoffLimit": i(0), "gpus": i(0),
+    "nodes": i(1, desc="trainer pods, one per node; more than 1: an Indexed Job (workload Job, RWX storage)"),
+    "shmSize": QUANTITY,
+    "packTokens": {"type": ["integer", "null"], "minimum": 16,
+                   "description": "tokens per packed row (RLSTACK_TRAINER_PACK_TOKENS); null: padded micro-batches"},
+    "sharePrefix": {"type": ["integer", "null"], "minimum": 1,
+                    "description": "least shared leading tokens held once per packed row (RLSTACK_TRAINER_SHARE_PREFIX); null: off"},
+    "learningRate": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1,
+                     "description": "RLSTACK_TRAINER_LR; null: the trainer's default"},
+    "batchSize": {"type": ["integer", "null"], "minimum": 1,
+                  "description": "sequences per optimizer step (RLSTACK_TRAINER_BATCH_SIZE); null: the trainer's default"},
+    "evalEvery": {"type": ["integer", "null"], "minimum": 1,
+                  "description": "also evaluate every this many steps (RLSTACK_TRAINER_EVAL_EVERY); null: before the first and after the last only"},
+    "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
+})
+
+
+def optional(schema: J, *release_owned: str) -> J:
+    """``schema`` with nothing required at any depth, less the ``release_owned`` properties: a policy's
+    block is laid over the top-level one, which has the rest."""
+    out = {k: optional(v) if isinstance(v, dict) else v for k, v in schema.items() if k != "required"}
+    if "properties" in out:
+        out["properties"] = {k: optional(v) for k, v in schema["properties"].items() if k not in release_owned}
+    return out
+
+
+NAMES = {"type": "array", "uniqueItems": True, "items": s(minLength=1)}
+POLICY = obj({
+    "name": s("the policy's served name (a label value)", pattern=POLICY_NAME),
+    "servedNames": {**NAMES, "description": "model names agents ask for that it answers: exact, or a prefix ending in *"},
+    "responsesNames": {**NAMES, "description": "names it answers on the Responses API only"},
+    "model": optional(MODEL, "servedName"),
+    "inference": optional(INFERENCE, "port", "vllmPort"),
+    "trainer": optional(TRAINER, "port", "runId"),
+}, ["name"], desc="a policy's own replicas and trainer: its blocks over the top-level ones (not the ports, "
+                  "served name or run id, which are the release's)")
 
 
 def schema() -> J:
-    autoscale_common = {"enabled": BOOL, "minReplicas": i(1), "maxReplicas": i(1)}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "rlstack chart values",
@@ -100,19 +173,7 @@ def schema() -> J:
             "imagePullSecrets": {"type": "array", "items": obj({"name": s(minLength=1)}, ["name"])},
             "auth": obj({"create": BOOL, "existingSecret": s(), "serviceTokenKey": s(minLength=1),
                          "trialKeySecretKey": s(minLength=1)}),
-            "model": obj({
-                "path": s("model directory on the shared volume", pattern="^/"),
-                "servedName": s(minLength=1),
-                "family": enum("", *FAMILIES),
-                "source": obj({
-                    "type": enum("hub", "demo", "hostPath", "claim", "none"),
-                    "hub": obj({"id": s(), "revision": s(minLength=1), "tokenSecret": s(), "tokenSecretKey": s(minLength=1)}),
-                    "hostPath": s(),
-                    "claim": obj({"name": s(), "subPath": s()}),
-                }, ["type"]),
-                "job": obj({"backoffLimit": i(0), "nodeSelector": STR_MAP, "tolerations": LIST,
-                            "priorityClassName": s(), "resources": RESOURCES}),
-            }, ["path", "servedName", "source"]),
+            "model": MODEL,
             "gpuMemoryGiB": POSITIVE,
             "sharedStorage": obj({"existingClaim": s(), "storageClass": s(), "size": QUANTITY,
                                   "accessMode": enum("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"),
@@ -125,44 +186,15 @@ def schema() -> J:
             "proxy": component({
                 "replicas": i(0), "pdb": PDB, "workers": i(1, 64),
                 "sessionAffinity": enum("ClientIP", "None", desc="ClientIP: a trial's calls stay on the pod holding its threads"),
-                "autoscaling": obj({**autoscale_common, "targetCPUUtilizationPercentage": i(1, 100)}),
+                "autoscaling": obj({**AUTOSCALE_COMMON, "targetCPUUtilizationPercentage": i(1, 100)}),
             }),
-            "inference": component({
-                "replicas": i(0), "vllmPort": PORT,
-                "device": enum("cuda", "cpu"),
-                "tensorParallelSize": i(1, 64), "pipelineParallelSize": i(1, 64),
-                "shmSize": QUANTITY,
-                "extraVllmArgs": {"type": "array", "items": {"type": "string"}},
-                "startupProbe": obj({"periodSeconds": i(1), "failureThreshold": i(1)}, ["periodSeconds", "failureThreshold"]),
-                "rollingUpdate": obj({"maxSurge": {"type": ["integer", "string"]}, "maxUnavailable": {"type": ["integer", "string"]}}),
-                "progressDeadlineMarginSeconds": i(0),
-                "pdb": PDB,
-                "autoscaling": obj({
-                    **autoscale_common, "type": enum("keda", "hpa"), "waitingPerReplica": POSITIVE,
-                    "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)}),
-                    "hpa": obj({"metricName": s(minLength=1)}),
-                }),
-            }),
-            "trainer": component({
-                "workload": enum("Job", "Deployment", desc="Job frees the GPU when the run ends"),
-                "runId": s("the training run: a new value starts a new run", pattern="^([a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?)?$"),
-                "kueue": obj({"queueName": s("Kueue LocalQueue of the trainer Job")}),
-                "backoffLimit": i(0), "gpus": i(0),
-                "nodes": i(1, desc="trainer pods, one per node; more than 1: an Indexed Job (workload Job, RWX storage)"),
-                "shmSize": QUANTITY,
-                "packTokens": {"type": ["integer", "null"], "minimum": 16,
-                               "description": "tokens per packed row (RLSTACK_TRAINER_PACK_TOKENS); null: padded micro-batches"},
-                "sharePrefix": {"type": ["integer", "null"], "minimum": 1,
-                                "description": "least shared leading tokens held once per packed row (RLSTACK_TRAINER_SHARE_PREFIX); null: off"},
-                "learningRate": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1,
-                                 "description": "RLSTACK_TRAINER_LR; null: the trainer's default"},
-                "batchSize": {"type": ["integer", "null"], "minimum": 1,
-                              "description": "sequences per optimizer step (RLSTACK_TRAINER_BATCH_SIZE); null: the trainer's default"},
-                "wandb": obj({"project": s(), "apiKeySecret": s(), "apiKeySecretKey": s(minLength=1)}),
-            }),
+            "inference": INFERENCE,
+            "trainer": TRAINER,
+            "policies": {"type": "array", "items": POLICY,
+                         "description": "several policies in one run; empty: one, from model, inference and trainer"},
             "envs": {"type": "array", "minItems": 0, "items": component({
                 "name": s(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", maxLength=40), "replicas": i(0),
-                "autoscaling": obj({**autoscale_common, "targetQueueSequences": i(1), "sequencesPerPod": i(1),
+                "autoscaling": obj({**AUTOSCALE_COMMON, "targetQueueSequences": i(1), "sequencesPerPod": i(1),
                                     "keda": obj({"serverAddress": s(), "pollingInterval": i(1), "cooldownPeriod": i(0)})}),
             }, ["name"])},
             "rollouts": obj({"groupSize": {"type": ["integer", "null"], "minimum": 1, "maximum": 256},

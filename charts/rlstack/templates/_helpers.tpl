@@ -14,11 +14,16 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Selector labels: immutable once a Deployment exists, so nothing user-supplied goes in. */}}
+{{/* Selector labels: immutable once a Deployment exists, so nothing user-supplied goes in. A declared
+     policy's objects (their root is rlstack.perPolicy's) add the policy: its name is checked as a
+     label value (the schema's pattern), and its objects are new ones, so no existing selector changes. */}}
 {{- define "rlstack.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rlstack.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .root.Policy }}{{ if .declared }}
+rlstack.dev/policy: {{ .name }}
+{{- end }}{{ end }}
 {{- end -}}
 
 {{- define "rlstack.labels" -}}
@@ -45,6 +50,101 @@ app.kubernetes.io/part-of: rlstack
 {{- else -}}
 {{- .Release.Name -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The run's policies, as JSON (read with fromJsonArray): [{name, suffix, dir, declared, evaluates,
+servedNames, responsesNames, model, inference, trainer}], each block the top-level one with the
+policy's own over it (rlstack.policyBlocks). None declared: the one policy of the top-level blocks,
+named model.servedName, with no suffix or directory of its own, so a release without policies renders
+what it always has. Declared (even one, as `rlstack up`'s policies: block): names gain -<name>, the
+run and weights directories /policies/<name>, and the objects the rlstack.dev/policy label. Only the
+first policy's trainer evaluates, unless a policy's own trainer block sets evalEvery.
+*/}}
+{{- define "rlstack.policies" -}}
+{{- $root := . -}}
+{{- $out := list -}}
+{{- range $i, $p := .Values.policies | default list }}
+{{- $entry := dict "name" $p.name "suffix" (printf "-%s" $p.name) "dir" (printf "/policies/%s" $p.name) "declared" true
+      "evaluates" (or (eq $i 0) (not (kindIs "invalid" (dig "trainer" "evalEvery" nil $p))))
+      "servedNames" ($p.servedNames | default list) "responsesNames" ($p.responsesNames | default list) }}
+{{- include "rlstack.policyBlocks" (dict "root" $root "own" $p "into" $entry) }}
+{{- $out = append $out $entry }}
+{{- else }}
+{{- $v := .Values }}
+{{- $out = list (dict "name" $v.model.servedName "suffix" "" "dir" "" "declared" false "evaluates" true
+      "servedNames" list "responsesNames" list "model" $v.model "inference" $v.inference "trainer" $v.trainer) }}
+{{- end }}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Sets into .into a declared policy's model, inference and trainer: each the top-level block with the
+     policy's own (.own) over it, a null or an empty list in its own replacing the top-level value;
+     model.servedName is the policy's name. Renders nothing. */}}
+{{- define "rlstack.policyBlocks" -}}
+{{- range $b := list "model" "inference" "trainer" }}
+{{- $_ := set $.into $b (mergeOverwrite (deepCopy (index $.root.Values $b)) (index $.own $b | default dict)) }}
+{{- end }}
+{{- $_ := set (index $.into "model") "servedName" $.own.name }}
+{{- end -}}
+
+{{/*
+Renders the named .template once per policy, each output that is not empty after ---. Its root is the release's with .Values
+holding that policy's blocks (merged from the values themselves, not read back from JSON, which would
+print an integer given by --set as 1e+06), .Policy its entry of rlstack.policies less the blocks, and
+.Rendered a dict the policies share (for what two of them may share: one model Job per directory).
+With none declared, .Values are the release's own.
+*/}}
+{{- define "rlstack.perPolicy" -}}
+{{- $root := .root -}}
+{{- $tpl := .template -}}
+{{- $declared := $root.Values.policies | default list -}}
+{{- $rendered := dict -}}
+{{- range $i, $p := include "rlstack.policies" $root | fromJsonArray }}
+{{- $values := $root.Values }}
+{{- if $declared }}
+{{- $values = omit $root.Values "model" "inference" "trainer" }}
+{{- include "rlstack.policyBlocks" (dict "root" $root "own" (index $declared $i) "into" $values) }}
+{{- end }}
+{{- $ctx := dict "Values" $values "Release" $root.Release "Chart" $root.Chart "Files" $root.Files "Capabilities" $root.Capabilities
+      "Template" $root.Template "Policy" (omit $p "model" "inference" "trainer") "Rendered" $rendered }}
+{{- with include $tpl $ctx | trim }}
+---
+{{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The served name the shared services address by default (the env servers' calls, helm test's ping):
+     the first policy's. */}}
+{{- define "rlstack.servedName" -}}
+{{- (first (include "rlstack.policies" . | fromJsonArray)).name -}}
+{{- end -}}
+
+{{/* A shared service's RLSTACK_<SVC>_POLICIES, "" unless policies are declared: the proxy's and env
+     servers' routes (names: false; common.policies.PolicyRoute as JSON), the batcher's names (names: true). */}}
+{{- define "rlstack.policiesJson" -}}
+{{- if .root.Values.policies -}}
+{{- $routes := list -}}
+{{- $names := list -}}
+{{- range include "rlstack.policies" .root | fromJsonArray }}
+{{- $route := dict "name" .name }}
+{{- with .servedNames }}{{ $_ := set $route "served_names" . }}{{ end }}
+{{- with .responsesNames }}{{ $_ := set $route "responses_names" . }}{{ end }}
+{{- $routes = append $routes $route }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- ternary (toJson $names) (toJson $routes) .names -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The most trainer pods one policy runs (trainer.nodes): more than 1 opens the trainer pods to each other. */}}
+{{- define "rlstack.trainerNodes" -}}
+{{- $most := 1 -}}
+{{- range include "rlstack.policies" . | fromJsonArray }}
+{{- $most = max $most (int (default 1 .trainer.nodes)) }}
+{{- end }}
+{{- $most -}}
 {{- end -}}
 
 {{/* <imageRegistry>/<repository>:<tag or appVersion> for a key of .Values.images. */}}
@@ -158,21 +258,10 @@ app.kubernetes.io/part-of: rlstack
 {{/* Impossible combinations, refused with a message (the schema covers types and ranges). */}}
 {{- define "rlstack.validateValues" -}}
 {{- $v := .Values -}}
-{{- if and (eq $v.inference.device "cpu") (gt (int $v.inference.tensorParallelSize) 1) -}}
-{{- fail "inference.tensorParallelSize > 1 needs inference.device=cuda" -}}
-{{- end -}}
-{{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $v.sharedStorage.mountPath)) $v.model.path) -}}
-{{- fail (printf "model.path (%s) must lie under sharedStorage.mountPath (%s): every replica and the trainer read it there" $v.model.path $v.sharedStorage.mountPath) -}}
-{{- end -}}
-{{- if and (eq $v.model.source.type "hub") (not $v.model.source.hub.id) -}}
-{{- fail "model.source.type=hub needs model.source.hub.id (e.g. Qwen/Qwen2.5-0.5B-Instruct)" -}}
-{{- end -}}
-{{- if and (eq $v.model.source.type "hostPath") (not $v.model.source.hostPath) -}}
-{{- fail "model.source.type=hostPath needs model.source.hostPath (a model directory on every node)" -}}
-{{- end -}}
-{{- if and (eq $v.model.source.type "claim") (not $v.model.source.claim.name) -}}
-{{- fail "model.source.type=claim needs model.source.claim.name (an existing PVC holding the model)" -}}
-{{- end -}}
+{{- $policies := include "rlstack.policies" . | fromJsonArray -}}
+{{- range $p := $policies }}
+{{- include "rlstack.validatePolicy" (dict "root" $ "p" $p "where" (ternary (printf "policies[%s]: " $p.name) "" $p.declared)) }}
+{{- end }}
 {{- if and (not $v.sharedStorage.existingClaim) (eq $v.sharedStorage.accessMode "ReadWriteMany") (not $v.sharedStorage.storageClass) -}}
 {{- fail "sharedStorage.storageClass: name a ReadWriteMany storage class (AWS EFS efs.csi.aws.com, GCP Filestore filestore.csi.storage.gke.io, Azure Files, NFS, CephFS). The cluster's default class is usually a block class (EBS, Persistent Disk, local-path) that cannot give ReadWriteMany: the claim would stay Pending and every pod with it. All pods on one node (kind): sharedStorage.accessMode=ReadWriteOnce. A claim you made: sharedStorage.existingClaim" -}}
 {{- end -}}
@@ -187,20 +276,83 @@ app.kubernetes.io/part-of: rlstack
 {{- fail "sandboxes.namespace.claim: sandbox pods in another namespace need their own claim on the shared storage: name an existing one there (existingClaim), or give the volume's source (volumeSource, e.g. {nfs: {server, path}} or {csi: {driver, volumeHandle}}) for the chart to make a PersistentVolume and claim" -}}
 {{- end -}}
 {{- end -}}
-{{- $sync := get (default dict $v.trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
-{{- if and (eq $sync "ipc") (gt (int $v.inference.replicas) 0) -}}
-{{- fail "RLSTACK_TRAINER_SYNC_MODE=ipc needs the trainer and the replica in one pod (one shared GPU); the chart runs them as separate pods: use filesystem, lora or broadcast" -}}
+{{- if $v.policies }}
+{{- include "rlstack.validatePolicies" (dict "root" . "policies" $policies) }}
+{{- end }}
 {{- end -}}
-{{- $nodes := int (default 1 $v.trainer.nodes) -}}
-{{- if and (gt $nodes 1) (ne $v.trainer.workload "Job") -}}
-{{- fail "trainer.nodes > 1 runs the trainer as an Indexed Job: set trainer.workload=Job" -}}
+
+{{/* One policy's model, inference and trainer (.p, an entry of rlstack.policies); messages start with .where. */}}
+{{- define "rlstack.validatePolicy" -}}
+{{- $root := .root -}}
+{{- $where := .where -}}
+{{- $model := .p.model -}}
+{{- $inference := .p.inference -}}
+{{- $trainer := .p.trainer -}}
+{{- $storage := $root.Values.sharedStorage -}}
+{{- if and (eq $inference.device "cpu") (gt (int $inference.tensorParallelSize) 1) -}}
+{{- fail (printf "%sinference.tensorParallelSize > 1 needs inference.device=cuda" $where) -}}
 {{- end -}}
-{{- if and (gt $nodes 1) (not $v.sharedStorage.existingClaim) (ne $v.sharedStorage.accessMode "ReadWriteMany") -}}
-{{- fail "trainer.nodes > 1 puts trainer pods on several nodes that all write checkpoints and weights: sharedStorage.accessMode must be ReadWriteMany" -}}
+{{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $storage.mountPath)) $model.path) -}}
+{{- fail (printf "%smodel.path (%s) must lie under sharedStorage.mountPath (%s): every replica and the trainer read it there" $where $model.path $storage.mountPath) -}}
 {{- end -}}
-{{- if and $v.inference.autoscaling.enabled (lt (int $v.inference.autoscaling.maxReplicas) (int $v.inference.autoscaling.minReplicas)) -}}
-{{- fail "inference.autoscaling.maxReplicas must be >= minReplicas" -}}
+{{- if and (eq $model.source.type "hub") (not $model.source.hub.id) -}}
+{{- fail (printf "%smodel.source.type=hub needs model.source.hub.id (e.g. Qwen/Qwen2.5-0.5B-Instruct)" $where) -}}
 {{- end -}}
+{{- if and (eq $model.source.type "hostPath") (not $model.source.hostPath) -}}
+{{- fail (printf "%smodel.source.type=hostPath needs model.source.hostPath (a model directory on every node)" $where) -}}
+{{- end -}}
+{{- if and (eq $model.source.type "claim") (not $model.source.claim.name) -}}
+{{- fail (printf "%smodel.source.type=claim needs model.source.claim.name (an existing PVC holding the model)" $where) -}}
+{{- end -}}
+{{- $sync := get (default dict $trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
+{{- if and (eq $sync "ipc") (gt (int $inference.replicas) 0) -}}
+{{- fail (printf "%sRLSTACK_TRAINER_SYNC_MODE=ipc needs the trainer and the replica in one pod (one shared GPU); the chart runs them as separate pods: use filesystem, lora or broadcast" $where) -}}
+{{- end -}}
+{{- $nodes := int (default 1 $trainer.nodes) -}}
+{{- if and (gt $nodes 1) (ne $trainer.workload "Job") -}}
+{{- fail (printf "%strainer.nodes > 1 runs the trainer as an Indexed Job: set trainer.workload=Job" $where) -}}
+{{- end -}}
+{{- if and (gt $nodes 1) (not $storage.existingClaim) (ne $storage.accessMode "ReadWriteMany") -}}
+{{- fail (printf "%strainer.nodes > 1 puts trainer pods on several nodes that all write checkpoints and weights: sharedStorage.accessMode must be ReadWriteMany" $where) -}}
+{{- end -}}
+{{- if and $inference.autoscaling.enabled (lt (int $inference.autoscaling.maxReplicas) (int $inference.autoscaling.minReplicas)) -}}
+{{- fail (printf "%sinference.autoscaling.maxReplicas must be >= minReplicas" $where) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Declared policies together (.policies, rlstack.policies). Claims that overlap only by a prefix
+     (claude-* and claude-haiku-*) are the proxy's and env servers' to refuse (common.policies), and
+     `rlstack dryrun` refuses them from a values file before anything is installed. */}}
+{{- define "rlstack.validatePolicies" -}}
+{{- $full := include "rlstack.fullname" .root -}}
+{{- $runId := .root.Values.trainer.runId -}}
+{{- $names := dict -}}
+{{- $claims := dict -}}
+{{- range $p := .policies }}
+{{- if hasKey $names $p.name }}
+{{- fail (printf "policies: %s is declared twice: each policy once" $p.name) }}
+{{- end }}
+{{- $_ := set $names $p.name true }}
+{{- range $claim := concat (list $p.name) $p.servedNames $p.responsesNames | uniq }}
+{{- with get $claims $claim }}
+{{- fail (printf "policies: %q is claimed by both %s and %s: each model name is answered by one policy" $claim . $p.name) }}
+{{- end }}
+{{- $_ := set $claims $claim $p.name }}
+{{- end }}
+{{- if and (eq (int $p.inference.replicas) 0) (not $p.inference.autoscaling.enabled) }}
+{{- fail (printf "policies[%s]: inference.replicas is 0 and inference.autoscaling is off: nothing would serve it (calls to its names fail, its trainer gets no rollouts)" $p.name) }}
+{{- end }}
+{{- $service := printf "%s-inference-%s" $full $p.name }}
+{{- if gt (len $service) 63 }}
+{{- fail (printf "policies[%s]: its replicas' name %s is longer than 63 characters (a Service name): shorten the policy's name or the release's" $p.name $service) }}
+{{- end }}
+{{- $nodes := int (default 1 $p.trainer.nodes) }}
+{{- $job := printf "%s-trainer%s-%s" $full (ternary (printf "-%s" $runId) "" (not (empty $runId))) $p.name }}
+{{- $most := ternary (sub 62 (len (toString (sub $nodes 1)))) 63 (gt $nodes 1) | int }}
+{{- if or (gt (len $job) $most) (and (gt $nodes 1) (gt (len (printf "%s-trainer-%s" $full $p.name)) 57)) }}
+{{- fail (printf "policies[%s]: its trainer's name %s is too long (a Job's name is at most %d characters, its peers Service's 63): shorten the policy's name, trainer.runId or the release's name" $p.name $job $most) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*

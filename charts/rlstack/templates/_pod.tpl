@@ -210,13 +210,14 @@ With model.source.type=none it waits for config.json, i.e. for whoever copies th
       readOnly: true
 {{- end -}}
 
-{{/* A Deployment's Service: the `http` port and any extra ones; selector adds labels to the component's. */}}
+{{/* A Deployment's Service: the `http` port and any extra ones; selector adds labels to the component's.
+     Named <fullname>-<component>, and -<policy> after it on a declared policy's root (rlstack.perPolicy). */}}
 {{- define "rlstack.serviceObject" -}}
 {{- $ctx := dict "root" .root "component" .component -}}
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ include "rlstack.fullname" .root }}-{{ .component }}
+  name: {{ include "rlstack.fullname" .root }}-{{ .component }}{{ with .root.Policy }}{{ .suffix }}{{ end }}
   labels:
     {{- include "rlstack.labels" $ctx | nindent 4 }}
 spec:
@@ -249,7 +250,7 @@ rendered YAML map), progressDeadlineSeconds, and autoscaled (true: leave replica
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: {{ include "rlstack.fullname" .root }}-{{ .component }}
+  name: {{ include "rlstack.fullname" .root }}-{{ .component }}{{ with .root.Policy }}{{ .suffix }}{{ end }}
   labels:
     {{- include "rlstack.labels" $ctx | nindent 4 }}
 spec:
