@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from pathlib import Path
 
 from rlstack.cli.errors import config_error, read_yaml
-from rlstack.common.names import SERVED_MODEL_NAME
+from rlstack.common.names import POLICY_NAME, SERVED_MODEL_NAME
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -16,7 +18,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rlstack.ops.doctor import DoctorConfig, run_checks
 
     config = DoctorConfig(proxy_url=args.proxy_url, registry_url=args.registry_url, batcher_url=args.batcher_url,
-                          served_model_name=args.served_model_name, trial_key=args.trial_key, run_prefix=args.run_prefix,
+                          served_model_name=args.served_model_name, policies=args.policies, trial_key=args.trial_key, run_prefix=args.run_prefix,
                           namespace=args.namespace, kube_api_url=args.kube_api_url, probe_image=args.probe_image,
                           run_dir=args.run_dir)
     checks = run_checks(config)
@@ -56,6 +58,26 @@ def cmd_dryrun(args: argparse.Namespace) -> int:
 
 
 
+def policy_names(value: str) -> list[str]:
+    """``--policies``: names, comma-separated (``lead,helper``), or the JSON the launcher gives the
+    batcher (``["lead", "helper"]``) or the proxy (``[{"name": "lead", ...}, ...]``)."""
+    if value.lstrip().startswith("["):
+        try:
+            items = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at character {exc.pos}): {value!r}") from None
+        names = [item.get("name") if isinstance(item, dict) else item for item in items]
+    else:
+        names = [name.strip() for name in value.split(",")]
+    bad = [name for name in names if not isinstance(name, str) or not re.fullmatch(POLICY_NAME, name)]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"{bad or value!r}: each policy is its replicas' served name (letters, digits, "
+                                         "'.', '_', '-'), as lead,helper or a JSON list")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"each policy once; got {names}")
+    return names
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     doctor = sub.add_parser("doctor", help="walk the health chain (proxy, replicas, batcher, GPUs, sandboxes) and explain failures")
     doctor.add_argument("--proxy-url", default="http://127.0.0.1:4000", help="the proxy the agents call")
@@ -63,6 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--batcher-url", default="http://127.0.0.1:8000", help="the batcher the env servers post to")
     doctor.add_argument("--served-model-name", "--served-model", dest="served_model_name", default=SERVED_MODEL_NAME,
                         help="the name the replicas serve the policy under (--served-model: its old name)")
+    doctor.add_argument("--policies", type=policy_names, default=None,
+                        help="a run of several policies: their names (each its replicas' served name), the batcher's first "
+                             "first, as lead,helper or JSON; the completion, replica and batcher checks run for each, and "
+                             "replicas of a name none declares are flagged (unset: --served-model-name alone)")
     doctor.add_argument("--trial-key", help="a key minted with `rlstack trial-key` when the proxy checks them")
     doctor.add_argument("--run-dir", type=Path, default=Path("runs/latest"),
                         help="a local run (rlstack up): names a service in a restart loop from its restarts.json")

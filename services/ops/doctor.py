@@ -4,12 +4,17 @@ Order matters: proxy alive -> a real completion through the proxy -> replicas re
 ready (with weight versions) -> batcher queue and step -> GPUs (where nvidia-smi exists) ->
 sandbox pods of a run (through the Kubernetes API, with the kubeconfig or in-cluster identity). A check that fails says what that symptom
 usually means and what to do, so the first red line is where to look.
+
+A run of several policies (``--policies``) gets the completion, replica and batcher checks once
+per policy, each line naming its policy, and one more line for replicas registered under a name
+no policy declares (the proxy routes nothing to them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -19,14 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-from pydantic import BaseModel, Field, HttpUrl
+from pydantic import BaseModel, Field, HttpUrl, field_validator
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
 from rlstack.common.contracts.atropos import Status
 from rlstack.common.contracts.progress import ProgressReport
 from rlstack.common.contracts.registry import Endpoint, EndpointList
-from rlstack.common.names import SERVED_MODEL_NAME
+from rlstack.common.names import POLICY_NAME, SERVED_MODEL_NAME
 from rlstack.common.registry_client import RegistryClient
 from rlstack.ops.checks import Check
 from rlstack.ops.restart_loops import check_local_restarts, check_pod_restarts
@@ -43,6 +48,9 @@ class DoctorConfig(BaseModel):
     registry_url: HttpUrl = HttpUrl("http://127.0.0.1:8100")
     batcher_url: HttpUrl = HttpUrl("http://127.0.0.1:8000")
     served_model_name: str = SERVED_MODEL_NAME
+    policies: list[str] | None = None
+    """The run's policies (each its replicas' served name), the batcher's first first; None: one,
+    ``served_model_name``, checked as it always was (lines named without a policy)."""
     trial_key: str | None = None
     batcher_token: str | None = Field(default_factory=lambda: os.environ.get(BATCHER_TOKEN_ENV) or None)
     """The batcher's bearer token (it checks reads too); the registry's comes from $RLSTACK_REGISTRY_TOKEN."""
@@ -60,6 +68,27 @@ class DoctorConfig(BaseModel):
     probe_image: str | None = None
     """Check that NetworkPolicies are enforced: a pod labelled as a sandbox, in this image (python3), tries
     vLLM's port on a registered replica; it must not get through (needs create/watch/delete on pods)."""
+
+    @field_validator("policies")
+    @classmethod
+    def _named_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("at least one policy")
+        if bad := [name for name in value if not re.fullmatch(POLICY_NAME, name)]:
+            raise ValueError(f"{bad} are not policy names (a served name: letters, digits, '.', '_', '-')")
+        if len(set(value)) < len(value):
+            raise ValueError(f"each policy once; got {value}")
+        return value
+
+    @property
+    def policy_names(self) -> list[str]:
+        return self.policies if self.policies is not None else [self.served_model_name]
+
+    def named(self, check: str, policy: str) -> str:
+        """A check's line name: with its policy when the run declares its policies."""
+        return check if self.policies is None else f"{check} ({policy})"
 
 
 
@@ -86,17 +115,20 @@ def check_proxy_alive(c: DoctorConfig, client: httpx.Client) -> Check:
         return Check("proxy alive", False, type(exc).__name__, explain(exc, "proxy"))
 
 
-def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
+def check_ping(c: DoctorConfig, client: httpx.Client, policy: str | None = None) -> Check:
+    """A completion of ``policy`` (the first's for none) through the proxy: its name is always one it answers."""
+    model = policy or c.policy_names[0]
+    name = c.named("completion through proxy", model)
     headers = bearer(c.trial_key or "doctor")
-    body = {"model": c.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+    body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
     try:
         start = time.perf_counter()
         r = client.post(_url(c.proxy_url, "/trials/doctor/ping/v1/chat/completions"), json=body, headers=headers)
     except httpx.HTTPError as exc:
-        return Check("completion through proxy", False, type(exc).__name__, explain(exc, "proxy"))
+        return Check(name, False, type(exc).__name__, explain(exc, "proxy"))
     took = time.perf_counter() - start
     if r.status_code == 200:
-        return Check("completion through proxy", True, f"{c.served_model_name!r} answered in {took:.2f}s")
+        return Check(name, True, f"{model!r} answered in {took:.2f}s")
     remedies = {
         401: "trial key refused: mint one with `rlstack trial-key` and the proxy's secret (--trial-key)",
         403: "trial key names another run or trial than the path",
@@ -104,24 +136,28 @@ def check_ping(c: DoctorConfig, client: httpx.Client) -> Check:
         400: "the proxy refused the request shape (see detail)",
         503: "no replica ready behind the proxy: check the registry line below",
     }
-    return Check("completion through proxy", False, f"HTTP {r.status_code}: {r.text[:160]}",
-                 remedies.get(r.status_code, "see the proxy's log"))
+    if r.status_code == 404 and c.policies is not None:
+        remedies[404] = (f"the proxy does not answer {model!r}: start it with the run's policies (--policies) or compare "
+                         "doctor's --policies with the proxy's")
+    return Check(name, False, f"HTTP {r.status_code}: {r.text[:160]}", remedies.get(r.status_code, "see the proxy's log"))
 
 
-async def _registered(c: DoctorConfig) -> EndpointList:
+async def _registered(c: DoctorConfig, policy: str | None = None, every: bool = False) -> EndpointList:
+    """The replicas of ``policy`` (the first's for none); ``every``: of every served name."""
     registry = RegistryClient(str(c.registry_url), timeout=c.timeout_s)
     try:
-        return await registry.list(model=c.served_model_name)
+        return await registry.list(model=None if every else policy or c.policy_names[0])
     finally:
         await registry.aclose()
 
 
-async def _batcher_status(c: DoctorConfig) -> tuple[Status, ProgressReport | None]:
+async def _batcher_status(c: DoctorConfig, policy: str | None = None) -> tuple[Status, ProgressReport | None]:
+    """``policy``: that policy's queue and trainer (``?policy=``); None: the batcher's first, asked as Atropos asks."""
     batcher = BatcherClient(str(c.batcher_url), c.batcher_token, timeout=c.timeout_s)
     try:
-        status = await batcher.status()
+        status = await batcher.status(policy)
         try:
-            progress = await batcher.progress()
+            progress = await batcher.progress(policy)
         except BatcherRefused:  # an Atropos server: no /progress
             progress = None
         return status, progress
@@ -129,46 +165,71 @@ async def _batcher_status(c: DoctorConfig) -> tuple[Status, ProgressReport | Non
         await batcher.aclose()
 
 
-def check_replicas(c: DoctorConfig, client: httpx.Client) -> Check:
+def check_replicas(c: DoctorConfig, client: httpx.Client, policy: str | None = None) -> Check:
+    """The replicas of ``policy`` (the first's for none)."""
+    policy = policy or c.policy_names[0]
+    name = c.named("replicas registered", policy)
     try:
-        ours = asyncio.run(_registered(c)).endpoints
+        ours = asyncio.run(_registered(c, policy)).endpoints
     except httpx.HTTPError as exc:
-        return Check("replicas registered", False, type(exc).__name__, explain(exc, "registry"))
-    return judge_replicas(ours)
+        return Check(name, False, type(exc).__name__, explain(exc, "registry"))
+    return judge_replicas(ours, name)
 
 
-def judge_replicas(ours: list[Endpoint]) -> Check:
-    """The replicas of our served name: registered, ready, one model family, one weight version."""
+def judge_replicas(ours: list[Endpoint], name: str = "replicas registered") -> Check:
+    """The replicas of one served name (one policy): registered, ready, one model family, one weight version."""
     ready = [e for e in ours if e.ready]
     detail = ", ".join(f"{e.id} v{e.weight_version} {e.labels.get('model_family', 'family ?')}{'' if e.ready else ' (not ready)'}"
                        for e in ours) or "none"
     if not ours:
-        return Check("replicas registered", False, detail,
+        return Check(name, False, detail,
                      "no replica registered: replicas still loading (sidecar /readyz), or they cannot reach the registry URL")
     if not ready:
-        return Check("replicas registered", False, detail,
+        return Check(name, False, detail,
                      "registered but not ready: the registry cannot reach vLLM's URL or /v1/models lacks the model (advertise URL? NetworkPolicy?)")
     families = {e.labels["model_family"] for e in ready if "model_family" in e.labels}
     if len(families) > 1:
-        return Check("replicas registered", False, detail,
+        return Check(name, False, detail,
                      f"replicas of one served name hold different model families {sorted(families)}: their tokens do not mix; "
                      "serve one model per name (docs/model-families.md)")
     versions = {e.weight_version for e in ready}
     note = "" if len(versions) == 1 else f"; replicas disagree on the weight version {sorted(versions)} (a sync in progress, or one failed)"
-    return Check("replicas registered", True, f"{len(ready)}/{len(ours)} ready: {detail}{note}")
+    return Check(name, True, f"{len(ready)}/{len(ours)} ready: {detail}{note}")
 
 
-def check_batcher(c: DoctorConfig, client: httpx.Client) -> Check:
+def check_undeclared_replicas(c: DoctorConfig) -> Check:
+    """Replicas registered under a served name no policy declares: the proxy routes no call to them."""
     try:
-        status, progress = asyncio.run(_batcher_status(c))
+        every = asyncio.run(_registered(c, every=True)).endpoints
+    except httpx.HTTPError as exc:
+        return Check("replicas of no policy", False, type(exc).__name__, explain(exc, "registry"))
+    return judge_undeclared(every, c.policy_names)
+
+
+def judge_undeclared(endpoints: list[Endpoint], policies: list[str]) -> Check:
+    strays = [e for e in endpoints if e.model not in policies]
+    if not strays:
+        return Check("replicas of no policy", True, f"every registered replica serves one of {policies}")
+    detail = ", ".join(f"{e.id} serves {e.model!r}" for e in strays)
+    return Check("replicas of no policy", False, detail,
+                 f"no policy of {policies} declares these names, so the proxy routes no call to them: start them with a "
+                 "policy's --served-model-name (a run config: tag them `policy: <name>`), or declare their name as a policy")
+
+
+def check_batcher(c: DoctorConfig, client: httpx.Client, policy: str | None = None) -> Check:
+    """The batcher's queue and trainer of ``policy`` (with declared policies, ``?policy=``), else its first."""
+    ask = policy or (c.policy_names[0] if c.policies is not None else None)
+    name = c.named("batcher", ask or "")
+    try:
+        status, progress = asyncio.run(_batcher_status(c, ask))
     except (httpx.HTTPError, BatcherRefused) as exc:
-        return Check("batcher", False, type(exc).__name__, explain(exc, "batcher"))
+        return Check(name, False, type(exc).__name__, explain(exc, "batcher"))
     if progress is None:
-        return Check("batcher", True, f"step {status.current_step}, {status.queue_size} group(s) waiting")
-    return judge_progress(progress)
+        return Check(name, True, f"step {status.current_step}, {status.queue_size} group(s) waiting")
+    return judge_progress(progress, name)
 
 
-def judge_progress(report: ProgressReport) -> Check:
+def judge_progress(report: ProgressReport, name: str = "batcher") -> Check:
     """A starved trainer with no env producing for it is a stalled run: say which numbers decide it."""
     if report.stalled:
         holding = [e for e in report.envs if e.connected and e.live and e.holding_back is not None]
@@ -182,8 +243,8 @@ def judge_progress(report: ProgressReport) -> Check:
             remedy = "envs are live but no group has arrived: read the env servers' logs (proxy, replicas, sandboxes)"
         if silent:
             remedy += f"; {len(silent)} env(s) went silent (killed?) and no longer count"
-        return Check("batcher", False, f"run stalled: {report.describe()}", remedy)
-    return Check("batcher", True, f"step {report.step}; {report.describe()}")
+        return Check(name, False, f"run stalled: {report.describe()}", remedy)
+    return Check(name, True, f"step {report.step}; {report.describe()}")
 
 
 def check_gpus() -> Check | None:
@@ -382,7 +443,12 @@ def check_network_policies(c: DoctorConfig) -> Check | None:
 
 def run_checks(c: DoctorConfig) -> list[Check]:
     with httpx.Client(timeout=c.timeout_s) as client:
-        checks = [check_proxy_alive(c, client), check_ping(c, client), check_replicas(c, client), check_batcher(c, client)]
+        checks = [check_proxy_alive(c, client)]
+        checks += [check_ping(c, client, p) for p in c.policy_names]
+        checks += [check_replicas(c, client, p) for p in c.policy_names]
+        if c.policies is not None:
+            checks.append(check_undeclared_replicas(c))
+        checks += [check_batcher(c, client, p if c.policies is not None else None) for p in c.policy_names]
     checks += [x for x in (check_gpus(), check_claims(c), check_sandboxes(c), check_network_policies(c),
                            check_local_restarts(c.run_dir)) if x is not None]
     if c.run_prefix is not None:  # cluster access: the release's pods

@@ -43,3 +43,22 @@ def test_a_dead_service_reads_as_connection_refused():
         check = check_batcher(DoctorConfig(batcher_url="http://127.0.0.1:9"), client)
     assert not check.ok and "connection refused" in check.remedy
     assert "timed out" in explain(httpx.ReadTimeout("x"), "proxy")
+
+
+def test_policies_read_as_names_or_either_json_the_launcher_writes():
+    import argparse
+
+    import pytest
+
+    from rlstack.cli.checks import policy_names
+
+    assert policy_names("lead,helper") == ["lead", "helper"]
+    assert policy_names('["lead", "helper"]') == ["lead", "helper"]
+    assert policy_names('[{"name": "lead", "served_names": ["claude-sonnet-*"]}, {"name": "helper"}]') == ["lead", "helper"]
+    for bad, says in (("lead,,helper", "served name"), ("lead,lead", "each policy once"), ('["lead"', "not valid JSON"),
+                      ('[{"served_names": []}]', "served name")):
+        with pytest.raises(argparse.ArgumentTypeError, match=says):
+            policy_names(bad)
+    assert DoctorConfig().policy_names == ["policy"] and DoctorConfig(policies=["lead"]).named("batcher", "lead") == "batcher (lead)"
+    with pytest.raises(ValueError, match="policies"):
+        DoctorConfig(policies=["lead", "lead"])

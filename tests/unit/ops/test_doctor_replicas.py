@@ -26,3 +26,19 @@ def test_replicas_of_one_name_with_different_families_fail_with_the_fix():
 def test_a_replica_of_an_earlier_release_registers_no_family():
     check = judge_replicas([endpoint("replica-0", None)])
     assert check.ok and "replica-0 v3 family ?" in check.detail
+
+
+def served(name: str, model: str) -> Endpoint:
+    return endpoint(name, "qwen3").model_copy(update={"model": model})
+
+
+def test_a_replica_whose_name_no_policy_declares_is_named():
+    from rlstack.ops.doctor import judge_undeclared
+
+    assert judge_undeclared([served("l0", "lead"), served("h0", "helper")], ["lead", "helper"]).ok
+    check = judge_undeclared([served("l0", "lead"), served("x0", "policy")], ["lead", "helper"])
+    assert not check.ok and check.detail == "x0 serves 'policy'" and "--served-model-name" in check.remedy
+
+
+def test_each_policys_replica_line_names_it():
+    assert judge_replicas([endpoint("replica-0", "qwen3")], "replicas registered (helper)").name == "replicas registered (helper)"
