@@ -24,7 +24,7 @@ from rlstack.trainer.metrics import TrainerMetrics
 
 def build_app(settings: TrainerSettings) -> FastAPI:
     registry = CollectorRegistry()
-    loop = TrainingLoop(settings, TrainerMetrics(registry))
+    loop = TrainingLoop(settings, TrainerMetrics(registry, settings.policy))
     supervisor = Supervisor("trainer", settings.failure_exit_delay_seconds)
 
     async def train() -> None:

@@ -175,6 +175,19 @@ class TrainerSettings(PolicySettings):
         # broadcast_host and weights_dir are placement the chart sets for every mode: not refused elsewhere.
         return self
 
+    @model_validator(mode="after")
+    def _one_policy(self) -> TrainerSettings:
+        """The queue it trains from and the replicas it syncs are one policy's: a policy's name is its served name."""
+        if self.batcher_policy is not None and self.batcher_policy != self.served_model_name:
+            raise ValueError(f"batcher_policy {self.batcher_policy!r} is not served_model_name {self.served_model_name!r}: a "
+                             "trainer takes the batches of the policy whose replicas it syncs (set both to the policy's name)")
+        return self
+
+    @property
+    def policy(self) -> str:
+        """The policy this trainer trains: its replicas' served name (its batcher queue's name)."""
+        return self.served_model_name
+
     @property
     def sync(self) -> FilesystemSync | BroadcastSync | LoraSync | IpcSync | NoSync:
         """The sync mode and its own settings, validated as a discriminated union."""

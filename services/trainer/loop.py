@@ -63,6 +63,8 @@ def replicas_behind(endpoints: list[Endpoint], version: int) -> set[str]:
 class TrainerStatus(BaseModel):
     """``GET /status``: what ``rlstack up`` draws its progress line from."""
 
+    policy: str | None = None
+    """The policy this trainer trains (its replicas' served name)."""
     phase: str = "loading"
     step: int = 0
     steps: int
@@ -121,7 +123,7 @@ class TrainingLoop:
     def __init__(self, settings: TrainerSettings, metrics: TrainerMetrics) -> None:
         self.s = settings
         self.metrics = metrics
-        self.status = TrainerStatus(steps=settings.steps)
+        self.status = TrainerStatus(steps=settings.steps, policy=settings.policy)
         self.registered = False
         self.saved_step = 0
         """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
@@ -309,11 +311,12 @@ class TrainingLoop:
         """A long wait for a batch is logged with the batcher's account of it: the queue, and what
         each env is doing (holding back, silent, producing)."""
         try:
-            report = await self.batcher.progress()
+            report = await self.batcher.progress(self.s.batcher_policy)
         except (httpx.HTTPError, BatcherRefused, ValueError) as exc:  # an Atropos server has no /progress
             log.warning("no batch for %.0fs at step %d (the batcher gives no account: %r)", waited, self.step, exc)
             return
-        log.warning("no batch for %.0fs at step %d%s: %s", waited, self.step, " (stalled)" if report.stalled else "",
+        whose = f" of policy {self.s.batcher_policy}" if self.s.batcher_policy else ""
+        log.warning("no batch%s for %.0fs at step %d%s: %s", whose, waited, self.step, " (stalled)" if report.stalled else "",
                     report.describe())
 
     async def _publish(self) -> float | None:
@@ -424,7 +427,7 @@ class TrainingLoop:
         records = read_lines(self.records_path, StepRecord)
         evals = read_lines(self.evals_path, EvalRecord)
         trials = trial_stats(self.s.trials_dir)
-        summary = summarize(records, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
+        summary = summarize(records, policy=self.s.policy, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
                             sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
                             model=str(self.s.model), seconds=time.monotonic() - self.started, evals=evals,
                             model_info=model_info(str(self.s.model), self.trainer_dtype, sorted(self.served_dtypes)), seed=self.s.seed,

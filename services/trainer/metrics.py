@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from rlstack.trainer.sync import SyncReport
 
 
 class TrainerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, policy: str | None = None) -> None:
+        """``policy``: the policy this trainer trains, as ``rlstack_trainer_info{policy}`` (the other
+        series stay unlabelled: one process trains one policy, and a scrape target names its pod)."""
+        if policy is not None:
+            Info("rlstack_trainer", "The policy this trainer trains (its replicas' served name)",
+                 registry=registry).info({"policy": policy})
         self.step = Gauge("rlstack_trainer_step", "Optimiser steps taken", registry=registry)
         self.weight_version = Gauge("rlstack_trainer_weight_version", "Version of the weights last published", registry=registry)
         self.loss = Gauge("rlstack_trainer_loss", "GRPO loss of the last step", registry=registry)

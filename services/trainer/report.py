@@ -130,6 +130,8 @@ def model_info(path: str, trainer_dtype: str, served_dtypes: list[str]) -> Model
 
 
 class Summary(BaseModel):
+    policy: str | None = None
+    """The policy trained: its replicas' served name (each policy's trainer writes its own summary)."""
     steps: int
     reward_first: float | None
     reward_last: float | None

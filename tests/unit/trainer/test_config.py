@@ -26,3 +26,10 @@ def test_sync_mode_is_a_typed_union(tmp_path):
     lora = TrainerSettings(sync_mode="lora", lora_rank=8, weights_dir=tmp_path / "w").sync
     assert lora == LoraSync(weights_dir=tmp_path / "w", rank=8)
     assert TrainerSettings(sync_mode="none").sync == NoSync()
+
+
+def test_a_trainer_trains_the_queue_of_the_policy_whose_replicas_it_syncs():
+    assert TrainerSettings().policy == "policy"  # one policy: the served name
+    assert TrainerSettings(served_model_name="helper", batcher_policy="helper").policy == "helper"
+    with pytest.raises(ValidationError, match="batcher_policy 'lead' is not served_model_name 'helper'"):
+        TrainerSettings(served_model_name="helper", batcher_policy="lead")
