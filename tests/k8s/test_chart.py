@@ -19,15 +19,23 @@ def selects(selector: dict, labels: dict) -> bool:
 
 
 def workloads(objects: list[dict]) -> dict[str, dict]:
-    """Pod templates of the services (Deployments, and the trainer when it is a Job), by component."""
+    """Pod templates of the services (Deployments, and the trainer when it is a Job), by component, and
+    a declared policy's replicas and trainer by ``<component>/<policy>``."""
     out = {}
     for o in by_kind(objects, "Deployment") + by_kind(objects, "Job"):
         if "helm.sh/hook" in o["metadata"].get("annotations", {}):
             continue  # the auth Secret's one-time hook, not a service
         template = o["spec"]["template"]
         if template["spec"]["containers"][0]["command"][:2] == ["python3", "-m"]:
-            out[template["metadata"]["labels"]["app.kubernetes.io/component"]] = template
+            labels = template["metadata"]["labels"]
+            policy = labels.get("rlstack.dev/policy")
+            out[labels["app.kubernetes.io/component"] + (f"/{policy}" if policy else "")] = template
     return out
+
+
+def component(workload: str) -> str:
+    """``inference/lead`` -> ``inference``: a key of ``workloads`` without its policy."""
+    return workload.split("/")[0]
 
 
 def test_helm_lint_strict_passes_for_every_values_file():
@@ -48,7 +56,7 @@ def test_rendered_objects_validate_strictly(values, version, tmp_manifest):
 def test_every_service_selects_a_deployment_and_its_ports_exist(rendered):
     _, objects = rendered
     pods = workloads(objects)
-    assert set(pods) >= {"registry", "batcher", "proxy", "inference", "trainer"}
+    assert set(map(component, pods)) >= {"registry", "batcher", "proxy", "inference", "trainer"}
     assert any(n.startswith("env-") for n in pods)
     for svc in by_kind(objects, "Service"):
         targets = [p for p in pods.values() if selects(svc["spec"]["selector"], p["metadata"]["labels"])]
@@ -92,14 +100,16 @@ def test_every_container_is_locked_down_and_sized(rendered):
 
 def test_gpu_values_request_gpus_and_inference_waits_for_the_model(rendered):
     values, objects = rendered
-    inference = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-inference"))
-    container = inference["spec"]["template"]["spec"]["containers"][0]
-    gpus = container["resources"]["limits"].get("nvidia.com/gpu")
-    assert (gpus is None) == (values == "values-cpu.yaml")
-    startup = container["startupProbe"]
-    assert startup["httpGet"]["path"] == "/readyz" and startup["periodSeconds"] * startup["failureThreshold"] >= 600
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["RLSTACK_INFERENCE_ADVERTISE_URL"].startswith("http://$(POD_IP):")
+    replicas = [p for name, p in workloads(objects).items() if component(name) == "inference"]
+    assert replicas
+    for pod in replicas:
+        container = pod["spec"]["containers"][0]
+        gpus = container["resources"]["limits"].get("nvidia.com/gpu")
+        assert (gpus is None) == (values == "values-cpu.yaml")
+        startup = container["startupProbe"]
+        assert startup["httpGet"]["path"] == "/readyz" and startup["periodSeconds"] * startup["failureThreshold"] >= 600
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RLSTACK_INFERENCE_ADVERTISE_URL"].startswith("http://$(POD_IP):")
 
 
 def test_secrets_are_referenced_never_inlined(rendered):
@@ -150,10 +160,10 @@ def test_network_policies_select_what_they_claim(rendered):
     assert {p["port"] for p in dns_rule["ports"]} == {53}
 
     inference = policies["inference"]
-    assert [n for n, labels in pods.items() if selects(inference["podSelector"]["matchLabels"], labels)] == ["inference"]
+    assert {component(n) for n, labels in pods.items() if selects(inference["podSelector"]["matchLabels"], labels)} == {"inference"}
 
     def allowed(rule: dict) -> set[str]:
-        return {n for n, labels in pods.items() for peer in rule["from"] if "podSelector" in peer and "namespaceSelector" not in peer
+        return {component(n) for n, labels in pods.items() for peer in rule["from"] if "podSelector" in peer and "namespaceSelector" not in peer
                 and selects(peer["podSelector"]["matchLabels"], labels)}
 
     # vLLM's port (completions and the unauthenticated dev routes): the pods that call it, no others.
@@ -322,8 +332,8 @@ def test_every_registry_client_sends_the_registry_token(rendered):
     variable every RegistryClient falls back to) and helm test's doctor all get the service token."""
     _, objects = rendered
     pods = workloads(objects)
-    wanted = {"proxy": "RLSTACK_PROXY_REGISTRY_TOKEN", "trainer": "RLSTACK_REGISTRY_TOKEN",
-              "inference": "RLSTACK_INFERENCE_REGISTRY_TOKEN", **{n: "RLSTACK_REGISTRY_TOKEN" for n in pods if n.startswith("env-")}}
+    var = {"proxy": "RLSTACK_PROXY_REGISTRY_TOKEN", "trainer": "RLSTACK_REGISTRY_TOKEN", "inference": "RLSTACK_INFERENCE_REGISTRY_TOKEN"}
+    wanted = {n: var.get(component(n), "RLSTACK_REGISTRY_TOKEN") for n in pods if component(n) in var or n.startswith("env-")}
     [test] = [o for o in by_kind(objects, "Pod") if o["metadata"]["labels"]["app.kubernetes.io/component"] == "test"]
     containers = {name: pods[name]["spec"]["containers"][0] for name in wanted} | {"test": test["spec"]["containers"][0]}
     wanted |= {"test": "RLSTACK_REGISTRY_TOKEN"}

@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import REPO
 from tests.k8s.conftest import CHART, VALUES, by_kind, helm, render
 from tests.k8s.pod_security import restricted_violations
-from tests.k8s.test_chart import workloads
+from tests.k8s.test_chart import component, workloads
 
 
 def objects(*args: str, values: str = "values.yaml") -> list[dict]:
@@ -123,13 +123,15 @@ def test_replica_liveness_is_the_sidecars_healthz_and_its_load_timeout_covers_th
     from rlstack.inference.config import InferenceSettings
 
     for values in VALUES:
-        pod = workloads(objects(values=values))["inference"]
-        c = container(pod)
-        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-        assert ports["http"] == int(env_of(pod)["RLSTACK_INFERENCE_PORT"]) != ports["vllm"]  # the sidecar, not vLLM
-        window = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
-        assert float(env_of(pod)["RLSTACK_INFERENCE_STARTUP_TIMEOUT_SECONDS"]) == window
+        for name, pod in workloads(objects(values=values)).items():
+            if component(name) != "inference":
+                continue
+            c = container(pod)
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+            assert ports["http"] == int(env_of(pod)["RLSTACK_INFERENCE_PORT"]) != ports["vllm"]  # the sidecar, not vLLM
+            window = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+            assert float(env_of(pod)["RLSTACK_INFERENCE_STARTUP_TIMEOUT_SECONDS"]) == window
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())["inference"]["startupProbe"]
     assert InferenceSettings.model_fields["startup_timeout_seconds"].default >= defaults["periodSeconds"] * defaults["failureThreshold"]
 
@@ -204,20 +206,22 @@ def test_images_take_a_registry_prefix_and_the_chart_can_create_the_auth_secret(
 
 def test_rollouts_never_need_a_spare_gpu_or_time_out_during_a_model_load():
     for values in VALUES:
-        inference = next(d for d in by_kind(objects(values=values), "Deployment") if d["metadata"]["name"].endswith("-inference"))
-        assert inference["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
-        startup = container(inference["spec"]["template"])["startupProbe"]
-        assert inference["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+        replicas = [d for d in by_kind(objects(values=values), "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "inference"]
+        assert replicas
+        for inference in replicas:  # one Deployment per policy
+            assert inference["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
+            startup = container(inference["spec"]["template"])["startupProbe"]
+            assert inference["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
 
 
 def test_disruption_budgets_never_block_a_drain():
     for values in VALUES:
         objs = objects(values=values)
-        replicas = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"]["replicas"] for d in by_kind(objs, "Deployment")}
         for pdb in by_kind(objs, "PodDisruptionBudget"):
-            component = pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+            selector = pdb["spec"]["selector"]["matchLabels"]
+            [deployment] = [d for d in by_kind(objs, "Deployment") if d["spec"]["selector"]["matchLabels"] == selector]
             assert "minAvailable" not in pdb["spec"] and pdb["spec"]["maxUnavailable"] >= 1
-            assert replicas[component] > 1, (values, component)
+            assert deployment["spec"]["replicas"] > 1, (values, pdb["metadata"]["name"])
 
 
 def test_trainer_is_a_job_that_exits_when_done_and_a_deployment_on_request():

@@ -8,7 +8,7 @@ import yaml
 
 from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxSpec
 from tests.k8s.conftest import by_kind, render
-from tests.k8s.test_chart import workloads
+from tests.k8s.test_chart import component, workloads
 
 
 def admits(peer: dict, labels: dict) -> bool:
@@ -21,7 +21,8 @@ def admits(peer: dict, labels: dict) -> bool:
 
 
 def callers(policy: dict, pods: dict[str, dict]) -> set[str]:
-    return {name for name, labels in pods.items() for rule in policy["spec"]["ingress"] for peer in rule.get("from", [])
+    """The components (a policy's replicas and trainer as theirs) of the pods ``policy`` admits."""
+    return {component(name) for name, labels in pods.items() for rule in policy["spec"]["ingress"] for peer in rule.get("from", [])
             if admits(peer, labels)}
 
 
@@ -36,8 +37,8 @@ def test_every_service_admits_only_its_callers_and_sandboxes_reach_only_the_prox
     policies = {}
     for p in by_kind(objects, "NetworkPolicy"):
         selected = [n for n, labels in pods.items() if admits({"podSelector": p["spec"]["podSelector"]}, labels)]
-        for name in selected:
-            policies.setdefault(name, []).append(p)
+        for name in selected:  # by component: every policy's replicas (and trainers) under one NetworkPolicy
+            policies.setdefault(component(name), []).append(p)
     assert set(policies) >= {"registry", "batcher", "proxy", "inference", "trainer", *envs}, values
 
     def admitted(component: str) -> set[str]:
