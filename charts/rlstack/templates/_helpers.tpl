@@ -321,8 +321,8 @@ With none declared, .Values are the release's own.
 {{- end -}}
 
 {{/* Declared policies together (.policies, rlstack.policies). Claims that overlap only by a prefix
-     (claude-* and claude-haiku-*) are the proxy's and env servers' to refuse (common.policies), and
-     `rlstack dryrun` refuses them from a values file before anything is installed. */}}
+     (claude-* and claude-haiku-*) are the proxy's and env servers' to refuse: their settings build
+     the table (common.policies.PolicyTable), and they do not start, naming both claims. */}}
 {{- define "rlstack.validatePolicies" -}}
 {{- $full := include "rlstack.fullname" .root -}}
 {{- $runId := .root.Values.trainer.runId -}}
