@@ -169,6 +169,8 @@ def cmd_plot_runs(args: argparse.Namespace) -> int:
         summary = run_dir / "summary.json"
         if summary.exists() and (seed := json.loads(summary.read_text()).get("seed")) is not None:
             name = f"seed {seed}"
+        if run_dir.resolve().parent.name == "policies":  # one policy of a run of several: <run>/policies/<p>
+            name = f"policy {run_dir.resolve().name}" + (f", {name}" if name.startswith("seed") else "")
         runs[name] = (records, read_lines(run_dir / "evals.jsonl", EvalRecord))
     plot_runs(runs, args.out, args.title)
     log.info("wrote %s", args.out)
@@ -195,8 +197,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                 help="the chart's run id (the release name, or <release>-<trainer.runId>) whose files on the shared "
                      "volume to audit; run_dir is then the volume's root")
     ledger.set_defaults(func=cmd_ledger)
-    plot = sub.add_parser("plot-runs", help="several runs (seeds) on one PNG: reward per step and held-out score")
-    plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>)")
+    plot = sub.add_parser("plot-runs", help="several runs (seeds), or a run's policies, on one PNG: reward per step and "
+                                             "held-out score")
+    plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>), or a "
+                                                              "run's policies (runs/<name>-<time>/policies/*)")
     plot.add_argument("--out", type=Path, required=True, help="the PNG to write")
     plot.add_argument("--title", default="GRPO, one line per run", help="the figure's title")
     plot.set_defaults(func=cmd_plot_runs)
