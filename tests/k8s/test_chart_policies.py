@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -197,6 +198,21 @@ def test_policies_on_one_model_share_its_job_and_a_policys_blocks_override_the_t
     assert len({(o["kind"], o["metadata"]["name"]) for o in objects}) == len(objects)
 
 
+def test_policies_of_every_shape_validate_strictly(tmp_manifest):
+    """Trainers as a Job, an Indexed Job and a Deployment, scalers and budgets per policy: every object
+    one the API server takes."""
+    keda = {"enabled": True, "keda": {"serverAddress": "http://prom:9090"}}
+    tmp_manifest.write_text(render("values-agent.yaml", "--set", "trainer.runId=r2", *policies(
+        {"name": "a", "servedNames": ["claude-sonnet-*"], "trainer": {"nodes": 2}},
+        {"name": "b", "servedNames": ["claude-haiku-*"], "inference": {"autoscaling": keda}},
+        {"name": "c-v2", "responsesNames": ["gpt-*"], "trainer": {"workload": "Deployment", "gpus": 2}})))
+    done = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", "1.35.0", str(tmp_manifest)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lint = helm("lint", "--strict", str(CHART), "--set", "trainer.runId=r2", *policies({"name": "a"}, {"name": "b"}))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
 def test_each_policy_scales_on_its_own_replicas_queue():
     keda = {"enabled": True, "minReplicas": 1, "maxReplicas": 3, "keda": {"serverAddress": "http://prom:9090"}}
     objects = rendered("values.yaml", *policies({"name": "a", "inference": {"replicas": 0, "autoscaling": keda}}, {"name": "b"}))
@@ -218,6 +234,8 @@ def test_each_policy_scales_on_its_own_replicas_queue():
     ([{"name": "a", "inference": {"device": "cpu", "tensorParallelSize": 2}}], "policies[a]: inference.tensorParallelSize > 1 needs inference.device=cuda"),
     ([{"name": "a", "model": {"path": "/models/a"}}], "policies[a]: model.path (/models/a) must lie under sharedStorage.mountPath"),
     ([{"name": "a b"}], "/policies/0/name"),
+    ([{"name": "Lead"}], "policies[Lead]: the chart names the policy's objects after it"),
+    ([{"name": "c.v2"}], "lowercase letters, digits and '-' only"),
     ([{"name": "a", "servedNames": ["x", "x"]}], "/policies/0/servedNames"),
     ([{"name": "a", "model": {"servedName": "b"}}], "servedName"),
     ([{"name": "a", "inference": {"vllmPort": 9000}}], "vllmPort"),

@@ -89,11 +89,11 @@ first policy's trainer evaluates, unless a policy's own trainer block sets evalE
 {{- end -}}
 
 {{/*
-Renders the named .template once per policy, each output that is not empty after ---. Its root is the release's with .Values
-holding that policy's blocks (merged from the values themselves, not read back from JSON, which would
-print an integer given by --set as 1e+06), .Policy its entry of rlstack.policies less the blocks, and
-.Rendered a dict the policies share (for what two of them may share: one model Job per directory).
-With none declared, .Values are the release's own.
+Renders the named .template once per policy, each output that is not empty after ---. Its root is
+the release's with .Values holding that policy's blocks (merged from the values themselves, not read
+back from JSON, which would print an integer given by --set as 1e+06), .Policy its entry of
+rlstack.policies less the blocks, and .Rendered a dict the policies share (for what two of them may
+share: one model Job per directory). With none declared, .Values are the release's own.
 */}}
 {{- define "rlstack.perPolicy" -}}
 {{- $root := .root -}}
@@ -115,8 +115,8 @@ With none declared, .Values are the release's own.
 {{- end }}
 {{- end -}}
 
-{{/* The served name the shared services address by default (the env servers' calls, helm test's ping):
-     the first policy's. */}}
+{{/* The served name the shared services address by default (the proxy's and env servers'
+     RLSTACK_*_SERVED_MODEL_NAME, NOTES' ping): the first policy's. */}}
 {{- define "rlstack.servedName" -}}
 {{- (first (include "rlstack.policies" . | fromJsonArray)).name -}}
 {{- end -}}
@@ -341,6 +341,9 @@ With none declared, .Values are the release's own.
 {{- end }}
 {{- if and (eq (int $p.inference.replicas) 0) (not $p.inference.autoscaling.enabled) }}
 {{- fail (printf "policies[%s]: inference.replicas is 0 and inference.autoscaling is off: nothing would serve it (calls to its names fail, its trainer gets no rollouts)" $p.name) }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $p.name) }}
+{{- fail (printf "policies[%s]: the chart names the policy's objects after it (<fullname>-inference-%s, a Service): lowercase letters, digits and '-' only" $p.name $p.name) }}
 {{- end }}
 {{- $service := printf "%s-inference-%s" $full $p.name }}
 {{- if gt (len $service) 63 }}
