@@ -89,7 +89,8 @@ def expand(config: RunConfig) -> RunConfig:
     if routes is None:
         return config
     by_name = {p.name: p for p in config.policies}
-    as_routes = json.dumps([r.model_dump(exclude_defaults=True) for r in routes.root])
+    # args are format strings ({registry.url}, {run_dir}): the JSON's own braces are escaped
+    as_routes = json.dumps([r.model_dump(exclude_defaults=True) for r in routes.root]).replace("{", "{{").replace("}", "}}")
     as_names = json.dumps(routes.names())
     services = []
     for spec in config.services:

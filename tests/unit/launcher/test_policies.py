@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rlstack.common.model_families import ModelFamilyError
 from rlstack.launcher.config import RunConfig
 from rlstack.launcher.policies import PolicyConfigError, expand
+from rlstack.launcher.supervisor import Supervisor
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TEAM = EXAMPLES / "local-agent-claude-code-team.yaml"
@@ -30,7 +31,8 @@ def test_a_config_without_policies_starts_exactly_as_written(path):
 
 def test_each_policy_gets_its_model_name_and_directories_and_the_shared_services_the_table():
     config = expand(RunConfig.load(TEAM))
-    args = {s.name: s.args for s in config.services}
+    addresses = {**Supervisor(config, Path("/nonexistent"))._addresses(), "run_dir": "/nonexistent"}  # as each starts
+    args = {s.name: [a.format(**addresses) for a in s.args] for s in config.services}
 
     def value(service: str, flag: str) -> str:
         return args[service][args[service].index(flag) + 1]
@@ -40,10 +42,10 @@ def test_each_policy_gets_its_model_name_and_directories_and_the_shared_services
         assert value(f"inference-{policy}", "--served-model-name") == policy == value(f"trainer-{policy}", "--served-model-name")
         assert value(f"inference-{policy}", "--model") == model == value(f"trainer-{policy}", "--model")
         assert value(f"trainer-{policy}", "--batcher-policy") == policy
-        assert value(f"trainer-{policy}", "--run-dir") == "{run_dir}/policies/" + policy
+        assert value(f"trainer-{policy}", "--run-dir") == "/nonexistent/policies/" + policy
         # the replica restarts on what its own trainer published, never the other policy's
         assert value(f"inference-{policy}", "--weights-dir") == value(f"trainer-{policy}", "--weights-dir") \
-            == "{run_dir}/policies/" + policy + "/weights"
+            == "/nonexistent/policies/" + policy + "/weights"
     assert json.loads(value("batcher", "--policies")) == ["lead", "helper"]
     routes = json.loads(value("proxy", "--policies"))
     assert routes == json.loads(value("env", "--policies"))
