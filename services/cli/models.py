@@ -136,8 +136,9 @@ def make_team_demo(args: argparse.Namespace, spec: CliAgentDemoSpec) -> int:
     capture_dir = args.capture_dir or Path("data/claude-code-team-capture")
     team = spec.model_copy(update={"capture_families": tuple(f for f in demo.FAMILIES if f != "fix")})
     built = demo.is_built(lead) and demo.is_built(helper)
+    steps = {"lead": args.steps, "helper": args.steps} if args.steps is not None else demo.TEAM_STEPS
     return built_once(lead, f"claude-code team demo ({lead} and {helper})", args.force, built,
-                      lambda: demo.build_team_demo(lead, helper, capture_dir, team))
+                      lambda: demo.build_team_demo(lead, helper, capture_dir, team, steps=steps))
 
 
 def cmd_make_smollm2_model(args: argparse.Namespace) -> int:

@@ -74,7 +74,7 @@ def trial_group(outcomes: list[TrialOutcome], every_sequence: bool, env_id: int 
     group: dict = {"tokens": tokens, "masks": masks, "scores": scores, "inference_logprobs": logprobs, "env_id": env_id}
     if len(members) > member:
         group["trials"] = members  # a trial's side calls, sub-agents and segments: rows of one member
-    if all(v is not None for v in versions):
+    if versions and all(v is not None for v in versions):
         group["sampling_versions"] = versions  # per row, the versions the replicas say sampled it
         group["weight_version"] = min(v[0] for v in versions)  # type: ignore[index]  # the oldest any row saw
     elif known := [v for row in versions if row for v in row]:

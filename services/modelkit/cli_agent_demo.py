@@ -52,6 +52,11 @@ DEFAULT_STEPS = {"claude-code": 70, "codex": 120, "opencode": 70}
 codex needs more: its tool output starts with a random chunk id and a wall time, and after 70
 steps its second command came out garbled in most trials (`make run-agent AGENT=codex`,
 mean reward 0.03 over its first 9 steps)."""
+TEAM_STEPS = {"lead": 150, "helper": 70}
+"""Warm-start steps of the claude-code team's two policies (``build_team_demo``). The lead's calls are
+longer to get right (an ``Agent`` call carrying the task, after a ``Bash`` look): after 70 steps its loss
+was 0.15 and in the first team run 39 of 40 trials never reached the helper (garbled calls); the worker's
+two calls are the single demo's kind, loss 0.025 after 70."""
 
 
 class CliAgentDemoSpec(BaseModel):
@@ -178,10 +183,12 @@ def is_sub_agent(thread: list[dict]) -> bool:
     return any(SUB_TASK in message_text(m) for m in thread[0]["request"]["messages"] if m.get("role") == "user")
 
 
-def build_team_demo(lead: Path, helper: Path, capture_dir: Path, spec: CliAgentDemoSpec, progress: bool = True) -> dict:
+def build_team_demo(lead: Path, helper: Path, capture_dir: Path, spec: CliAgentDemoSpec, progress: bool = True,
+                    steps: dict[str, int] | None = None) -> dict:
     """Two policies from one capture of claude-code with a sub-agent (``claude-code-team``): the lead's
     conversations warm-start ``lead``, the sub-agent's ``helper``. One tokenizer for both, trained on
-    both, so each policy reads the other's words (the lead's delegated prompt is the helper's task)."""
+    both, so each policy reads the other's words (the lead's delegated prompt is the helper's task).
+    ``steps``: each role's warm-start steps (``lead``, ``helper``); unset, ``spec.steps`` for both."""
     started = time.monotonic()
     threads = captured_threads({"claude-code-team": capture_dir}, spec)
     helper_threads = [t for t in threads if is_sub_agent(t)]
@@ -195,7 +202,8 @@ def build_team_demo(lead: Path, helper: Path, capture_dir: Path, spec: CliAgentD
     shutil.copytree(lead, helper)  # the same tokenizer and starting weights
     records = {}
     for name, out, own in (("lead", lead, lead_threads), ("helper", helper, helper_threads)):
-        records[name] = _warm_start(out, own, spec, f"claude-code team {name}", progress)
+        role = spec.model_copy(update={"steps": steps[name]}) if steps else spec
+        records[name] = _warm_start(out, own, role, f"claude-code team {name}", progress)
         records[name] |= {"role": name, "seconds": time.monotonic() - started, "captures": {"claude-code-team": str(capture_dir)}}
         (out / RECORD).write_text(json.dumps(records[name], indent=2))
     log.info("claude-code team demo: %s", records)

@@ -91,6 +91,9 @@ def test_the_env_posts_one_tagged_group_per_policy_that_took_part_twice():
     assert [t[1] for t in groups[1]["tokens"]] == [20, 30, 60]
     alone = [outcome(1.0, sequence(10, "lead"), sequence(20, "helper")), outcome(0.0, sequence(40, "lead"))]
     assert [g["policy"] for g in env._group(task, alone)] == ["lead"]  # one trial's helper rows: no advantage
+    never = [outcome(1.0, sequence(10, "lead")), outcome(0.0, sequence(40, "lead"))]
+    assert [g["policy"] for g in env._group(task, never)] == ["lead"]  # no trial reached the helper (the first team run
+    # dropped such groups on min() of no versions)
     with pytest.raises(GroupDropped, match="no policy has a group"):
         env._group(task, alone[:1])  # each policy in one trial only
     assert isinstance(runner()._group(task, team()), dict)  # one policy: one untagged group, as always
