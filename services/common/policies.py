@@ -8,7 +8,7 @@ policy that answers each. With no table a run has one policy, ``single(name)``, 
 name the proxy has always mapped onto the policy.
 
 Claims never overlap: a name two policies could answer is refused when the table is made, naming
-both, so no call is ever answered by the other policy's weights (plans/two-policies.md).
+both, so no call is ever answered by the other policy's weights (docs/policies.md).
 """
 
 from __future__ import annotations

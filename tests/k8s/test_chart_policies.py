@@ -1,4 +1,4 @@
-"""Two policies in one release (plans/two-policies.md §2.9): an inference Deployment and a trainer per
+"""Two policies in one release (docs/policies.md, docs/kubernetes.md): an inference Deployment and a trainer per
 declared policy, one proxy, registry, batcher and set of env servers; and with no policies declared,
 every manifest byte for byte what the chart rendered before policies existed (a digest golden).
 
