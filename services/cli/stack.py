@@ -155,6 +155,17 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return 0 if ledger.ok else 1
 
 
+def cmd_policy_rows(args: argparse.Namespace) -> int:
+    """Each policy's trained rows are its own calls' exact ids, none another's (``rlstack.ops.policy_rows``)."""
+    from rlstack.ops.policy_rows import audit_rows
+
+    if not (args.run_dir / "batcher").is_dir() or not (args.run_dir / "trials").is_dir():
+        raise no_such_file(args.run_dir, "agent run directory", "name a run directory of `rlstack up` with batcher/ and trials/")
+    report = audit_rows(args.run_dir, args.first_policy)
+    print(report.model_dump_json(indent=2))
+    return 0 if report.ok else 1
+
+
 def cmd_plot_runs(args: argparse.Namespace) -> int:
     """Several runs of one config (seeds) on one figure: reward per step and held-out score per evaluation."""
     from rlstack.trainer.report import EvalRecord, StepRecord, plot_runs, read_lines
@@ -197,6 +208,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                 help="the chart's run id (the release name, or <release>-<trainer.runId>) whose files on the shared "
                      "volume to audit; run_dir is then the volume's root")
     ledger.set_defaults(func=cmd_ledger)
+    rows = sub.add_parser("policy-rows", help="a run of several policies: every row each policy trained is one of its own "
+                                              "calls' exact ids and none begins as another policy's call (exit 1 if not); reads only")
+    rows.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    rows.add_argument("--first-policy", default=None,
+                      help="the policy a group naming none belongs to (the batcher's first); unset: a run of one policy")
+    rows.set_defaults(func=cmd_policy_rows)
     plot = sub.add_parser("plot-runs", help="several runs (seeds), or a run's policies, on one PNG: reward per step and "
                                              "held-out score")
     plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>), or a "
