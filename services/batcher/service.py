@@ -407,7 +407,8 @@ class BatcherService:
         status["trainer_waiting"] = self.trainer_wait.seconds() is not None
         if len(self.states) > 1:
             status["policies"] = {policy: {**state.env_status(query.env_id, live), "trainer_waiting": self.trainer_waits[policy].seconds()
-                                           is not None, "batch_size": state.trainer.batch_size if state.trainer else None}
+                                           is not None, "batch_size": state.trainer.batch_size if state.trainer else None,
+                                           "trainer_done": state.trainer is not None and state.step >= state.trainer.num_steps}
                                   for policy, state in self.states.items()}
         return status, revived
 

@@ -210,8 +210,8 @@ class AgentEnvRunner(EnvRunner):
     async def _wait_for_staleness_room(self) -> None:
         """AReaL's rule: start group g only while g < (version + max_staleness + 1) * groups per batch,
         with the trainer's version (the newest a replica holds), never a lagging replica's. With several
-        policies, for every policy, by its own trainer's version and batch: a trial may call any of them,
-        so each group started counts against each (a bound from above; docs/policies.md)."""
+        policies, for every policy still training, by its own trainer's version and batch: a trial may call
+        any of them, so each group started counts against each (a bound from above; docs/policies.md)."""
         if self.s.max_staleness is None:
             return
         waited = False
@@ -227,7 +227,7 @@ class AgentEnvRunner(EnvRunner):
             await asyncio.sleep(STALENESS_POLL_SECONDS)
 
     async def _staleness_room(self) -> bool:
-        for policy in self.s.policy_names or [None]:
+        for policy in [p for p in self.s.policy_names if p not in self.finished_policies] or [None]:
             bound = (await self._shared_policy_version(policy) + self.s.max_staleness + 1) * self._groups_per_batch(policy)
             if self.groups_started >= bound:
                 return False

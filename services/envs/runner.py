@@ -52,6 +52,9 @@ class EnvRunner:
         self.batch_size: int | None = None
         self.batch_sizes: dict[str, int] = {}
         """With several policies, each one's trainer's batch size (the first's is ``batch_size`` too)."""
+        self.finished_policies: set[str] = set()
+        """With several policies, those whose trainer has taken all its steps (the last status poll's):
+        nothing waits on them, so a policy that finishes first never holds the others back."""
         self.batch_fill = "exact"
         """How the trainer takes batches: agent groups of several rows per trial need ``at_least``."""
         self.trainer_token_limit: int | None = None
@@ -110,13 +113,15 @@ class EnvRunner:
         (a dead env still counted) must never keep the queue below a batch.
         httpx errors are transient, ``BatcherRefused`` is not."""
         status = await self.batcher.env_status(self.env_id, self.holding_back)
-        if status.policies:  # several: full when some policy's own backlog is, unless any trainer waits
-            if any(p.trainer_waiting for p in status.policies.values()):
+        if status.policies:  # several: full when some training policy's own backlog is, unless any trainer waits
+            self.finished_policies = {name for name, p in status.policies.items() if p.trainer_done}
+            training = [p for p in status.policies.values() if not p.trainer_done]
+            if any(p.trainer_waiting for p in training):
                 return False
             return any(p.self_queue_size * self.s.group_size
                        >= max(self.s.max_batches_offpolicy * (p.batch_size or self.s.group_size) * status.env_weight,
                               self.s.group_size)
-                       for p in status.policies.values())
+                       for p in training)
         if status.trainer_waiting:
             return False
         own_sequences = status.self_queue_size * self.s.group_size

@@ -206,6 +206,9 @@ class PolicyStatus(BaseModel):
     self_queue_size: int
     trainer_waiting: bool = False
     batch_size: int | None = None
+    trainer_done: bool = False
+    """Its trainer has taken every step it registered for (``num_steps``): its versions grow no more,
+    so an env's staleness gate and backlog stop waiting on it while the other policies train on."""
 
 
 class EnvStatus(BaseModel):

@@ -41,7 +41,8 @@ async def start(settings: BatcherSettings) -> BatcherService:
 def test_each_trainer_takes_its_own_policys_groups_only(tmp_path):
     async def run() -> None:
         svc = await start(BatcherSettings(data_dir=tmp_path, policies=POLICIES))
-        await svc.register_trainer(TrainerRegistration.model_validate(trainer_registration(batch_size=2, policy="lead")))
+        lead_trainer = trainer_registration(batch_size=2, policy="lead", num_steps=1)
+        await svc.register_trainer(TrainerRegistration.model_validate(lead_trainer))
         assert (await svc.register_env(EnvRegistration.model_validate(env_registration())))["status"] == "wait for trainer to start"
         await svc.register_trainer(TrainerRegistration.model_validate(trainer_registration(batch_size=3, policy="helper")))
         assert (await svc.register_env(EnvRegistration.model_validate(env_registration())))["env_id"] == 0
@@ -57,6 +58,8 @@ def test_each_trainer_takes_its_own_policys_groups_only(tmp_path):
         assert svc.states["lead"].step == 1 and svc.states["helper"].step == 1
         status, _ = svc.env_status(EnvStatusQuery(env_id=0))
         assert set(status["policies"]) == {"lead", "helper"} and status["policies"]["helper"]["batch_size"] == 3
+        # the lead's trainer took the one step it registered for: envs stop waiting on it, not on the helper's
+        assert status["policies"]["lead"]["trainer_done"] and not status["policies"]["helper"]["trainer_done"]
         await svc.wal.close()
 
     asyncio.run(run())

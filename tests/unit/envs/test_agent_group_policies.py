@@ -129,3 +129,29 @@ def test_claude_codes_worker_asks_for_the_haiku_slot_which_names_the_sub_agent_p
     assert env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "claude-haiku-4-5" and env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
     plain = claude_code_agent(binary, subagents=True)
     assert "model" not in next(iter(json.loads(plain.command[plain.command.index("--agents") + 1]).values()))
+
+
+def test_the_staleness_gate_waits_on_each_policy_in_training_and_never_on_one_that_has_finished():
+    import asyncio
+
+    from tests.unit.envs.test_agent_trials import runner
+
+    env = runner(policies=LEAD_HELPER, max_staleness=0)
+    env.batch_sizes = {"lead": 2, "helper": 2}  # one group of two trials a batch
+    versions = {"lead": 5, "helper": 0}
+
+    async def policy_version(policy: str | None = None) -> int:
+        return versions[policy or "lead"]
+
+    env.policy_version = policy_version
+    env.groups_started = 1  # the helper's bound at version 0: (0 + 0 + 1) * 1
+
+    async def room() -> bool:
+        env._version_reads.clear()
+        return await env._staleness_room()
+
+    assert not asyncio.run(room())  # the helper's trainer is behind: no new group
+    env.finished_policies = {"helper"}  # its trainer took all its steps: its version grows no more
+    assert asyncio.run(room())
+    env.groups_started = 6  # the lead's own bound (5 + 0 + 1) * 1 still holds
+    assert not asyncio.run(room())
