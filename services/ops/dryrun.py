@@ -208,12 +208,29 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
                 gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports,
                 trainer=trainer_shape(trainer_settings,
                                       gpus=int(trainer.get("gpus", 1) or 1) * int(trainer.get("nodes", 1) or 1)))
+    if data.get("policies"):
+        findings.append(values_policies(data["policies"]))
     # Services each have their own pod IP, but the replica's two ports share one pod.
     if ports.get("inference") is not None and ports.get("inference") == ports.get("vllm"):
         findings.append(Finding(check="addresses", ok=False, detail=f"sidecar and vLLM both on port {ports['vllm']}"))
     if any(not 0 < p < 65536 for p in ports.values()):
         findings.append(Finding(check="addresses", ok=False, detail=f"port out of range: {ports}"))
     return plan, findings
+
+
+def values_policies(entries: list[dict]) -> Finding:
+    """The chart's ``policies:`` as the proxy and env servers will read them: claims that overlap by a
+    prefix (``claude-*`` and ``claude-haiku-*``), which the chart cannot see, are refused here before an
+    install rather than by the pods at start."""
+    from rlstack.common.policies import PolicyRoute, PolicyTable
+
+    try:
+        table = PolicyTable(tuple(PolicyRoute(name=e.get("name", ""), served_names=tuple(e.get("servedNames") or ()),
+                                              responses_names=tuple(e.get("responsesNames") or ())) for e in entries))
+    except ValidationError as exc:
+        return Finding(check="policies", ok=False, detail=_problems(exc))
+    return Finding(check="policies", ok=True, detail="; ".join(f"{name}: {', '.join(claims)}"
+                                                               for name, claims in table.served("messages").items()))
 
 
 def merge(base: dict, override: dict) -> dict:

@@ -128,3 +128,17 @@ def test_trainer_memory_shrinks_with_ranks_offload_and_checkpointing():
     assert trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768, cpu_offload=True))["states"] == 0
     checkpointed = trainer_memory(cfg, TrainerShape(tokens_per_micro_batch=32768, activation_checkpointing=True))
     assert checkpointed["activations"] < base["activations"] / 5 and checkpointed["total"] < 80 * 1024**3
+
+
+def test_values_policies_whose_claims_overlap_by_a_prefix_are_refused_before_an_install(tiny_model, tmp_path):
+    """The chart refuses a name two policies list; a prefix one policy's claim covers in another's
+    (``claude-*`` and ``claude-haiku-*``) only the services see: dryrun reads the table as they do."""
+    values = yaml.safe_load((CHART / "values-two-policies.yaml").read_text())
+    findings = run_dryrun(CHART / "values-two-policies.yaml", str(tiny_model))[1]
+    assert "policies" not in failed(findings)
+    values["policies"][0]["servedNames"] = ["claude-*"]
+    overlay = tmp_path / "values.yaml"
+    overlay.write_text(yaml.safe_dump(values))
+    findings = run_dryrun(overlay, str(tiny_model))[1]
+    assert "policies" in failed(findings)
+    assert any("'lead' claims 'claude-*' and 'helper' claims 'claude-haiku-*'" in f.detail for f in findings)
