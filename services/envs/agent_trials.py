@@ -227,7 +227,13 @@ class AgentEnvRunner(EnvRunner):
             await asyncio.sleep(STALENESS_POLL_SECONDS)
 
     async def _staleness_room(self) -> bool:
+        """With several policies a policy whose trainer waits for a batch is exempt from its bound: its
+        groups per batch are counted from a full group's rows, and a policy in fewer than every trial
+        fills a batch from more groups than that (the first team run stopped here: both trainers
+        waiting, the env holding back on the helper's bound)."""
         for policy in [p for p in self.s.policy_names if p not in self.finished_policies] or [None]:
+            if policy in self.waiting_policies:
+                continue
             bound = (await self._shared_policy_version(policy) + self.s.max_staleness + 1) * self._groups_per_batch(policy)
             if self.groups_started >= bound:
                 return False

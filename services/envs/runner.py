@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherClient, BatcherRefused
-from rlstack.common.contracts.atropos import EnvRegistration, HoldReason
+from rlstack.common.contracts.atropos import EnvRegistration, EnvStatus, HoldReason
 from rlstack.common.registry_client import RegistryClient
 from rlstack.common.weight_versions import policy_version, sampling_version
 from rlstack.envs.config import EnvSettings
@@ -52,6 +52,9 @@ class EnvRunner:
         self.batch_size: int | None = None
         self.batch_sizes: dict[str, int] = {}
         """With several policies, each one's trainer's batch size (the first's is ``batch_size`` too)."""
+        self.waiting_policies: set[str] = set()
+        """With several policies, those whose trainer waits for a batch (the last status poll's, at least
+        every ``lease_renew_seconds``): the staleness gate never holds a policy back from its own batch."""
         self.finished_policies: set[str] = set()
         """With several policies, those whose trainer has taken all its steps (the last status poll's):
         nothing waits on them, so a policy that finishes first never holds the others back."""
@@ -113,8 +116,8 @@ class EnvRunner:
         (a dead env still counted) must never keep the queue below a batch.
         httpx errors are transient, ``BatcherRefused`` is not."""
         status = await self.batcher.env_status(self.env_id, self.holding_back)
+        self._note_policies(status)
         if status.policies:  # several: full when some training policy's own backlog is, unless any trainer waits
-            self.finished_policies = {name for name, p in status.policies.items() if p.trainer_done}
             training = [p for p in status.policies.values() if not p.trainer_done]
             if any(p.trainer_waiting for p in training):
                 return False
@@ -131,6 +134,12 @@ class EnvRunner:
     def served(self, policy: str | None = None) -> str:
         """The served name whose replicas to read: ``policy``'s, else the run's first (its only one)."""
         return policy or (self.s.policies[0].name if self.s.policies else self.s.served_model_name)
+
+    def _note_policies(self, status: EnvStatus) -> None:
+        """Which policies' trainers have finished and which wait for a batch, as the batcher last said."""
+        if status.policies:
+            self.finished_policies = {name for name, p in status.policies.items() if p.trainer_done}
+            self.waiting_policies = {name for name, p in status.policies.items() if p.trainer_waiting}
 
     async def weight_version(self, policy: str | None = None) -> int | None:
         """The registry's view of the oldest served version (``common.weight_versions.sampling_version``):
@@ -236,7 +245,7 @@ class EnvRunner:
         while True:
             await asyncio.sleep(self.s.lease_renew_seconds)
             try:
-                await self.batcher.env_status(self.env_id, self.holding_back)
+                self._note_policies(await self.batcher.env_status(self.env_id, self.holding_back))
             except httpx.HTTPError:
                 pass  # away: the workers say so, and the next poll renews
 

@@ -14,7 +14,6 @@ import json
 import shlex
 import shutil
 import sys
-from pathlib import Path
 
 import httpx
 
@@ -23,7 +22,11 @@ from tests.conftest import start_service
 from tests.helpers.groups import trainer_registration
 from tests.helpers.wait import wait_until
 from tests.integration.inference.conftest import PROXY_PYTHON, SECRET, SYNC_SERVED, ProxyHandle
-from tests.integration.inference.test_agent_trials_through_proxy import dataset, start_agent_env, trial_dirs
+from tests.integration.inference.test_agent_trials_through_proxy import (
+    dataset,
+    start_agent_env,
+    trial_dirs,
+)
 
 LEAD, HELPER = "policy", SYNC_SERVED
 POLICIES = [{"name": LEAD, "served_names": ["claude-sonnet-*"]}, {"name": HELPER, "served_names": ["claude-haiku-*"]}]

@@ -131,7 +131,7 @@ def test_claude_codes_worker_asks_for_the_haiku_slot_which_names_the_sub_agent_p
     assert "model" not in next(iter(json.loads(plain.command[plain.command.index("--agents") + 1]).values()))
 
 
-def test_the_staleness_gate_waits_on_each_policy_in_training_and_never_on_one_that_has_finished():
+def test_the_staleness_gate_waits_on_each_policy_in_training_unless_its_trainer_waits_or_has_finished():
     import asyncio
 
     from tests.unit.envs.test_agent_trials import runner
@@ -151,6 +151,9 @@ def test_the_staleness_gate_waits_on_each_policy_in_training_and_never_on_one_th
         return await env._staleness_room()
 
     assert not asyncio.run(room())  # the helper's trainer is behind: no new group
+    env.waiting_policies = {"helper"}  # ...unless it waits for a batch its queue cannot fill without new groups
+    assert asyncio.run(room())
+    env.waiting_policies = set()
     env.finished_policies = {"helper"}  # its trainer took all its steps: its version grows no more
     assert asyncio.run(room())
     env.groups_started = 6  # the lead's own bound (5 + 0 + 1) * 1 still holds
