@@ -111,14 +111,15 @@ class AgentEnvRunner(EnvRunner):
         """Each policy's (None: the only one's) last version read and when it started."""
 
     def _agent_spec(self) -> AgentSpec:
+        on_host = self.s.sandbox == "local"  # in pods a trial runs the agent bundle's binary, never the host's
         if self.s.agent == "claude-code":
             if self.s.sub_agent_policy is not None:  # the worker on its own policy, by claude-code's own means
-                return claude_code_agent(self.s.claude_code_bin, subagents=True, sub_agent_model="haiku")
-            return claude_code_agent(self.s.claude_code_bin)
+                return claude_code_agent(self.s.claude_code_bin, subagents=True, sub_agent_model="haiku", on_host=on_host)
+            return claude_code_agent(self.s.claude_code_bin, on_host=on_host)
         if self.s.agent == "codex":
-            return codex_agent(self.s.codex_bin)
+            return codex_agent(self.s.codex_bin, on_host=on_host)
         if self.s.agent == "opencode":
-            return opencode_agent(self.s.opencode_bin)
+            return opencode_agent(self.s.opencode_bin, on_host=on_host)
         if self.s.agent == "command" and self.s.agent_command is not None:
             return command_agent(self.s.agent_command)
         return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,

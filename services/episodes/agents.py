@@ -81,7 +81,7 @@ CLAUDE_CODE_QUIET = ("CLAUDE_CODE_DISABLE_ATTACHMENTS", "CLAUDE_CODE_DISABLE_CLA
 """What ``--bare`` turns off, asked for one by one where ``--bare`` cannot be given."""
 
 
-def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False, sub_agent_model: str | None = None) -> AgentSpec:
+def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False, sub_agent_model: str | None = None, on_host: bool = True) -> AgentSpec:
     """claude-code in print mode with a prompt a tiny CPU policy can take: 26,885 tokens of first
     request shrink to about 1,300 in the demo tokenizer (measured, docs/agent-trials.md).
 
@@ -94,7 +94,7 @@ def claude_code_agent(binary: Path = CLAUDE_CODE_BIN, subagents: bool = False, s
     claude-code users give a sub-agent a smaller model (``haiku``: resolved through
     ``ANTHROPIC_DEFAULT_HAIKU_MODEL``); unset, the worker inherits the lead's.
     """
-    if not binary.exists():
+    if on_host and not binary.exists():  # in a pod the bundle's own binary runs (``image_command``)
         raise FileNotFoundError(f"claude-code is not installed at {binary}: run `make setup-claude-code` "
                                 f"(npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION})")
     env = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
@@ -135,7 +135,7 @@ CODEX_LAUNCH = (
 )
 
 
-def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
+def codex_agent(binary: Path = CODEX_BIN, on_host: bool = True) -> AgentSpec:
     """codex in ``exec`` mode on its Responses API, through the trial's proxy prefix.
 
     A custom provider (``wire_api=responses``) points it at the proxy with the trial key; the
@@ -143,7 +143,7 @@ def codex_agent(binary: Path = CODEX_BIN) -> AgentSpec:
     ``--dangerously-bypass-approvals-and-sandbox`` because the trial's sandbox is the sandbox
     (codex's own landlock/seccomp layer cannot nest in it); ``--ephemeral`` keeps no session files.
     """
-    if not binary.exists():
+    if on_host and not binary.exists():  # in a pod the bundle's own binary runs (``image_command``)
         raise FileNotFoundError(f"codex is not installed at {binary}: run `make setup-codex` "
                                 f"(npm @openai/codex@{CODEX_VERSION})")
     disable = " ".join(f"--disable {feature}" for feature in CODEX_DISABLED_FEATURES)
@@ -187,13 +187,13 @@ OPENCODE_LAUNCH = 'exec "$0" run --auto --pure < "$RLSTACK_INSTRUCTION_FILE"'
 quotes escaped), and the policy would learn tasks in a form no user writes."""
 
 
-def opencode_agent(binary: Path = OPENCODE_BIN) -> AgentSpec:
+def opencode_agent(binary: Path = OPENCODE_BIN, on_host: bool = True) -> AgentSpec:
     """opencode in ``run`` mode on an OpenAI-compatible provider (chat completions, streamed).
 
     ``--auto`` approves every tool call (the trial's sandbox is the boundary); ``--pure`` loads no
     external plugins. The config (``opencode_config``) rides in ``OPENCODE_CONFIG_CONTENT``.
     """
-    if not binary.exists():
+    if on_host and not binary.exists():  # in a pod the bundle's own binary runs (``image_command``)
         raise FileNotFoundError(f"opencode is not installed at {binary}: run `make setup-opencode` "
                                 f"(npm opencode-ai@{OPENCODE_VERSION})")
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(opencode_config()), "NO_COLOR": "1"}

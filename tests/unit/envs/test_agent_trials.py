@@ -138,3 +138,17 @@ def test_before_each_group_the_sandbox_hears_its_task_and_the_next_groups(tmp_pa
     # this group's task (its pods must not be trimmed as it claims them) and the next `workers` groups'
     assert box.expected == [([first.short_name, *upcoming], 3)] and len(upcoming) == 2
     assert [t.short_name for t in r.problems.peek()] == upcoming  # peeking drew nothing
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "opencode"])
+def test_an_env_whose_trials_run_in_pods_needs_no_agent_binary_of_its_own(agent):
+    """In a pod a trial runs the agent bundle's binary; the env server's own image has none (the chart's
+    env pod failed at start, asked for .cache/<agent> it never uses). A local sandbox still needs it."""
+    from rlstack.episodes.bundle import paths as bundle
+
+    missing = {f"{agent.replace('-', '_')}_bin": Path("/nonexistent/bin/agent")}
+    in_pods = runner(agent=agent, sandbox="kubernetes", **missing)
+    spec = in_pods._agent_spec()
+    assert spec.image_command is not None and any(str(part).startswith(bundle.BUNDLE_BIN) for part in spec.image_command)
+    with pytest.raises(FileNotFoundError, match="is not installed at /nonexistent/bin/agent"):
+        runner(agent=agent, **missing)._agent_spec()
