@@ -75,5 +75,6 @@ def audit_rows(run_dir: Path, first_policy: str | None = None) -> RowsReport:
             counts.rows += 1
             counts.own_threads += row in own
             counts.others_calls += any(row[: len(ids)] == ids for ids in others)
-    ok = all(c.others_calls == 0 and c.own_threads == c.rows for c in report.values())
+    # a run whose log holds no rows proved nothing: not ok (a missing or empty log, the wrong directory)
+    ok = bool(report) and all(c.others_calls == 0 and c.own_threads == c.rows for c in report.values())
     return RowsReport(policies=dict(report), calls={str(p): len(rs) for p, rs in records.items()}, ok=ok)

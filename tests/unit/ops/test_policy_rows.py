@@ -71,3 +71,13 @@ def test_a_row_of_the_other_policys_call_is_found_and_fails_the_run(tmp_path):
     assert report.policies["lead"].others_calls == 0
     done = subprocess.run([RLSTACK, "policy-rows", str(run), "--first-policy", "lead"], capture_output=True, text=True)
     assert done.returncode == 1 and '"ok": false' in done.stdout
+
+
+def test_a_run_with_no_rows_proves_nothing_and_fails(tmp_path):
+    (tmp_path / "batcher").mkdir()
+    (tmp_path / "trials").mkdir()
+    assert not audit_rows(tmp_path, "lead").ok
+    done = subprocess.run([RLSTACK, "policy-rows", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1
+    missing = subprocess.run([RLSTACK, "policy-rows", str(tmp_path / "nothing")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such" in missing.stderr
