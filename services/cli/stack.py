@@ -123,9 +123,8 @@ def show_summary(run_dir: Path) -> None:
     launcher's restarts added (``{}``: none died)."""
     restarts = run_dir / "restarts.json"
     died = json.loads(restarts.read_text()) if restarts.exists() else {}
-    summaries = {p.parent.name: p for p in sorted(run_dir.glob("policies/*/summary.json"))}
-    if (run_dir / "summary.json").exists():
-        summaries = {None: run_dir / "summary.json"}
+    single = run_dir / "summary.json"
+    summaries = {None: single} if single.exists() else {p.parent.name: p for p in sorted(run_dir.glob("policies/*/summary.json"))}
     shown = {}
     for policy, summary in summaries.items():
         data = json.loads(summary.read_text())

@@ -96,7 +96,10 @@ class EnvRunner:
         self.batch_size = info.batch_size
         self.batch_fill = info.batch_fill
         self.trainer_token_limit = info.max_token_len if info.max_token_len > 0 else None
-        for policy in self.s.policy_names:  # several: each trainer's own batch, and the tightest token limit
+        first, *others = self.s.policy_names or [None]
+        if first is not None:  # several: each trainer's own batch, and the tightest token limit
+            self.batch_sizes[first] = info.batch_size  # the first's is the unnamed /info just read
+        for policy in others:
             info = await self.batcher.info(policy)
             self.batch_sizes[policy] = info.batch_size
             if info.max_token_len > 0:
