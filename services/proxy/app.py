@@ -66,7 +66,8 @@ from rlstack.proxy.records.peers import PEER_SCOPE, Peers
 from rlstack.proxy.records.writer import TrajectoryWriter
 from rlstack.proxy.relay.thread_log import ThreadLog
 from rlstack.proxy.relay.tokenin import TokenInUpstream
-from rlstack.proxy.routing.discovery import Discovery, ReplicaView
+from rlstack.proxy.replicas import ReplicaView
+from rlstack.proxy.routing.discovery import Discovery
 from rlstack.proxy.routing.hooks import HEALTH_RUN, RLStackHooks
 
 log = logging.getLogger(__name__)

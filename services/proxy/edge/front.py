@@ -24,7 +24,8 @@ from rlstack.common.auth import bearer
 from rlstack.common.policies import Dialect, PolicyTable, single
 from rlstack.common.trial_keys import TRIAL_PATH
 from rlstack.proxy.edge.bodies import problem
-from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
+from rlstack.proxy.edge.sse import anthropic_events, openai_chunks, responses_events
+from rlstack.proxy.jsonio import loads
 from rlstack.proxy.names import POLICY_HEADER, REQUESTED_MODEL_HEADER, STREAMED_HEADER, TRIAL_HEADER
 
 log = logging.getLogger(__name__)

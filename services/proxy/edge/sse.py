@@ -8,27 +8,10 @@ stream. Events follow each API's documented sequence, so SDKs and claude-code pa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
-
-def loads(payload: bytes) -> Any:
-    """orjson, or the stdlib for text holding lone surrogates (a model may emit half a
-    UTF-8 character; upstream JSON carries it as a \\udXXX escape, which orjson refuses)."""
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return json.loads(payload)
-
-
-def dumps(data: Any) -> bytes:
-    try:
-        return orjson.dumps(data)
-    except TypeError:
-        return json.dumps(data, separators=(",", ":")).encode()
+from rlstack.proxy.jsonio import dumps
 
 
 def _event(data: Any, name: str | None = None) -> bytes:

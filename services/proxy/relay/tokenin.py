@@ -36,7 +36,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from rlstack.proxy.edge.sse import dumps, loads
+from rlstack.proxy.jsonio import dumps, loads
 from rlstack.proxy.names import CALL_HEADER, POLICY_HEADER, RELAY_PREFIX, TRIAL_HEADER
 from rlstack.proxy.relay import versions
 from rlstack.proxy.relay.thread_log import ThreadLog
@@ -47,7 +47,7 @@ from rlstack.proxy.relay.threads import (
     ThreadTable,
 )
 from rlstack.proxy.relay.turn_end import ended_on_turn_end, turn_end_after_reply, without_turn_end
-from rlstack.proxy.routing.discovery import ReplicaView
+from rlstack.proxy.replicas import ReplicaView
 
 log = logging.getLogger(__name__)
 MAX_OUTCOMES = 4096

@@ -27,7 +27,8 @@ from rlstack.proxy.names import (
 )
 from rlstack.proxy.records.writer import TrajectoryWriter
 from rlstack.proxy.relay.tokenin import TokenInUpstream
-from rlstack.proxy.routing.discovery import Discovery, ReplicaView
+from rlstack.proxy.replicas import ReplicaView
+from rlstack.proxy.routing.discovery import Discovery
 
 log = logging.getLogger(__name__)
 REQUEST_KEYS = ("messages", "system", "input", "instructions", "tools", "tool_choice", "max_tokens", "max_completion_tokens",

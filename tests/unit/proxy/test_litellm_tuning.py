@@ -13,7 +13,8 @@ import litellm
 from litellm.integrations.custom_logger import CustomLogger
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.proxy.litellm_tuning import GEN0_THRESHOLD, OTEL_LOGGER, freeze_startup_heap, skip_absent_opentelemetry
-from rlstack.proxy.routing.discovery import ReplicaView, model_list
+from rlstack.proxy.replicas import ReplicaView
+from rlstack.proxy.routing.discovery import model_list
 
 out = {}
 

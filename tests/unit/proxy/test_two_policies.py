@@ -21,7 +21,8 @@ from rlstack.common.policies import PolicyRoute, PolicyTable
 from rlstack.proxy.config import ProxySettings
 from rlstack.proxy.edge.front import FrontMiddleware
 from rlstack.proxy.names import POLICY_HEADER
-from rlstack.proxy.routing.discovery import Discovery, ReplicaView, model_list
+from rlstack.proxy.replicas import ReplicaView
+from rlstack.proxy.routing.discovery import Discovery, model_list
 from tests.conftest import PROXY_PYTHON, REPO
 
 TEAM = PolicyTable((PolicyRoute(name="lead", served_names=("claude-sonnet-*",)),
@@ -144,7 +145,7 @@ from rlstack.proxy.names import POLICY_HEADER, RELAY_PREFIX, TRIAL_HEADER
 from rlstack.proxy.relay.tokenin import TokenInUpstream
 from rlstack.common.contracts.registry import Endpoint
 from rlstack.common.policies import PolicyRoute, PolicyTable
-from rlstack.proxy.routing.discovery import ReplicaView
+from rlstack.proxy.replicas import ReplicaView
 
 async def main():
     view = ReplicaView(PolicyTable((PolicyRoute(name="lead"), PolicyRoute(name="helper"))), 32768)

@@ -1,6 +1,7 @@
 import json
 
-from rlstack.proxy.edge.sse import anthropic_events, loads, openai_chunks, responses_events
+from rlstack.proxy.edge.sse import anthropic_events, openai_chunks, responses_events
+from rlstack.proxy.jsonio import loads
 
 
 def parse(events: bytes) -> list[tuple[str | None, dict | str]]:

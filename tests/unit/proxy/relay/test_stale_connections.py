@@ -10,7 +10,7 @@ from tests.conftest import PROXY_PYTHON
 SCRIPT = r"""
 import asyncio, json
 from rlstack.proxy.relay.tokenin import KEEPALIVE_SECONDS, TokenInUpstream
-from rlstack.proxy.routing.discovery import ReplicaView
+from rlstack.proxy.replicas import ReplicaView
 
 BODY = b'{"ok": true}'
 served = []

@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 from rlstack.common.contracts.registry import Endpoint
-from rlstack.proxy.routing.discovery import Discovery, ReplicaView, model_list
+from rlstack.proxy.replicas import ReplicaView
+from rlstack.proxy.routing.discovery import Discovery, model_list
 
 
 def endpoint(rid: str, port: int) -> Endpoint:
