@@ -20,7 +20,7 @@
 6. A trial's end (``POST /trials/<run>/<trial>/end``, ``end_trial`` here): this process and every
    peer pod (``records/peers.py``) wait for the trial's records, flush them and forget its threads.
 
-State, all per process: the replicas (``routing/discovery.py``'s ``ReplicaView``; a trial's replica follows from them),
+State, all per process: the replicas (``replicas.py``'s ``ReplicaView``, filled by ``routing/discovery.py``; a trial's replica follows from them),
 calls in flight (``routing/hooks.py``), the trials' threads and each call's outcome (``relay/tokenin.py``), open files
 (``records/writer.py``). LiteLLM's proxy keeps its router and custom-auth hook as module globals of
 ``litellm.proxy.proxy_server``; this is the one place that sets them.
