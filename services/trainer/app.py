@@ -18,8 +18,9 @@ from rlstack.common.auth import require_bearer
 from rlstack.common.server import create_app
 from rlstack.common.supervise import Supervisor
 from rlstack.trainer.config import TrainerSettings
-from rlstack.trainer.loop import TrainerStatus, TrainingLoop
+from rlstack.trainer.loop import TrainingLoop
 from rlstack.trainer.metrics import TrainerMetrics
+from rlstack.trainer.report import TrainerStatus
 
 
 def build_app(settings: TrainerSettings) -> FastAPI:

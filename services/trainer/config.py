@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.settings import PolicySettings
 from rlstack.trainer.loss_config import GRPOLossConfig
-from rlstack.trainer.sync.verify import Tolerance
+from rlstack.trainer.verify_config import Tolerance
 
 SyncMode = Literal["filesystem", "broadcast", "lora", "ipc", "none"]
 

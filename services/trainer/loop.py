@@ -4,7 +4,9 @@ Under torchrun this runs on rank 0 only; the step, checkpoints and weight export
 operations the other ranks join (``rlstack.trainer.engine``). Runs as a task on the service's event loop; the CPU/GPU-bound parts (the step, saving) run in
 a worker thread so /healthz, /status and /metrics keep answering during a step. The weight
 version is the number of optimiser steps behind the weights, so a group stamped with version
-v and trained at step s is s - v steps stale.
+v and trained at step s is s - v steps stale. Its parts: batches in (``batch_feed``), publishing
+(``sync.modes`` chooses the publisher), the replicas' catch-up (``replica_watch``), evaluation
+(``evaluation``) and reporting from one record (``report.StepRecord``).
 """
 
 from __future__ import annotations
@@ -17,23 +19,23 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import torch
-from pydantic import BaseModel
 
-from rlstack.common.auth import bearer
-from rlstack.common.batcher_client import BatcherClient, BatcherRefused
+from rlstack.common.batcher_client import BatcherClient
 from rlstack.common.contracts.atropos import TrainerRegistration, group_name
-from rlstack.common.contracts.registry import Endpoint
 from rlstack.trainer import checkpoint
 from rlstack.trainer.batch import row_versions
-from rlstack.trainer.config import BroadcastSync, FilesystemSync, IpcSync, LoraSync, TrainerSettings
+from rlstack.trainer.batch_feed import BatchFeed
+from rlstack.trainer.config import TrainerSettings
 from rlstack.trainer.engine import Engine, ShardedPolicy, computes_in_bf16, load_policy  # noqa: F401 - load_policy: imported from here by tests
+from rlstack.trainer.evaluation import Evaluator, prune_evals
 from rlstack.trainer.metrics import TrainerMetrics
+from rlstack.trainer.replica_watch import ReplicaWatch
 from rlstack.trainer.report import (
     EvalRecord,
     EvalResult,
     StepRecord,
+    TrainerStatus,
     append_line,
     count_trajectories,
     model_info,
@@ -43,80 +45,13 @@ from rlstack.trainer.report import (
     trial_stats,
     write_summary,
 )
-from rlstack.trainer.sync import WeightPublisher
+from rlstack.trainer.sync.modes import build_publisher
 
 if TYPE_CHECKING:  # wandb is imported only when a project is set
+    from rlstack.common.registry_client import RegistryClient
     from rlstack.trainer.tracking import WandbTracker
 
 log = logging.getLogger(__name__)
-LAGGING_LOOK_SECONDS = 5.0
-STARVED_LOG_SECONDS = 60.0
-"""While it waits for a batch, how often the trainer logs why (the batcher's ``/progress``)."""
-"""While it waits for a batch, how often the trainer looks for replicas behind its weights."""
-
-
-def replicas_behind(endpoints: list[Endpoint], version: int) -> set[str]:
-    """Ready replicas that report a weight version older than ``version``."""
-    return {e.id for e in endpoints if e.ready and e.weight_version < version}
-
-
-class TrainerStatus(BaseModel):
-    """``GET /status``: what ``rlstack up`` draws its progress line from."""
-
-    policy: str | None = None
-    """The policy this trainer trains (its replicas' served name)."""
-    phase: str = "loading"
-    step: int = 0
-    steps: int
-    weight_version: int = 0
-    reward_mean: float | None = None
-    reward_recent: float | None = None
-    loss: float | None = None
-    staleness: float | None = None
-    sync_seconds: float | None = None
-    eval_before: EvalResult | None = None
-    eval_after: EvalResult | None = None
-    error: str | None = None
-
-
-def build_publisher(settings: TrainerSettings) -> WeightPublisher | None:
-    if settings.sync_mode == "none":
-        return None
-    if settings.registry_url is None:
-        raise ValueError("registry_url is required to sync weights (or set sync_mode=none)")
-    from rlstack.common.registry_client import RegistryClient
-
-    registry = RegistryClient(str(settings.registry_url))
-    key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
-    publisher = _publisher(settings, registry, key)
-    if not settings.verify_sync:
-        return publisher
-    from rlstack.trainer.sync import replica_headers
-    from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher
-
-    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.verify_tolerance),
-                             settings.verify_wait_seconds)
-
-
-def _publisher(settings: TrainerSettings, registry, key: str | None) -> WeightPublisher:  # noqa: ANN001 - a RegistryClient
-    sync = settings.sync
-    if isinstance(sync, BroadcastSync):
-        from rlstack.trainer.sync.broadcast import BroadcastPublisher
-
-        return BroadcastPublisher(registry, settings.served_model_name, trainer_host=sync.host, replica_api_key=key)
-    if isinstance(sync, IpcSync):
-        from rlstack.trainer.sync.ipc import IpcPublisher
-
-        return IpcPublisher(registry, settings.served_model_name, replica_api_key=key)
-    if isinstance(sync, LoraSync):
-        from rlstack.trainer.sync.lora import LoraPublisher
-
-        return LoraPublisher(sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
-    if isinstance(sync, FilesystemSync):
-        from rlstack.trainer.sync.filesystem import FilesystemPublisher
-
-        return FilesystemPublisher(sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
-    raise ValueError(f"sync_mode={sync.mode} publishes nothing")
 
 
 class TrainingLoop:
@@ -127,8 +62,6 @@ class TrainingLoop:
         self.registered = False
         self.saved_step = 0
         """The step the latest checkpoint holds: the batcher keeps the batches after it for a resumed trainer."""
-        self._behind: set[str] = set()
-        """Replicas seen on older weights at the last look (``_catch_up_replicas``)."""
         self.run_dir = settings.run_dir
         self.checkpoints = self.run_dir / "checkpoints"
         self.records_path = self.run_dir / "metrics.jsonl"
@@ -143,7 +76,17 @@ class TrainingLoop:
         self.started = time.monotonic()
         token = settings.batcher_token.get_secret_value() if settings.batcher_token else None
         self.batcher = BatcherClient(str(settings.batcher_url), token, timeout=60)
-        self.publisher = build_publisher(settings)
+        self.feed = BatchFeed(self.batcher, settings.batcher_policy, settings.batcher_outage_seconds, metrics)
+        self.registry: RegistryClient | None = None
+        self.watch: ReplicaWatch | None = None
+        """The policy's replicas in the registry, when the trainer publishes to them (one client, shared)."""
+        if settings.sync_mode != "none" and settings.registry_url is not None:
+            from rlstack.common.registry_client import RegistryClient
+
+            self.registry = RegistryClient(str(settings.registry_url))
+            self.watch = ReplicaWatch(self.registry, settings.served_model_name)
+        self.publisher = build_publisher(settings, self.registry)
+        self.evaluator = Evaluator(settings.eval_url, settings.eval_token, self.evals_path, metrics) if settings.eval_url else None
         self.tracker: WandbTracker | None = None
         self.recent_rewards: deque[float] = deque(maxlen=10)
         """The last 10 steps' mean reward, for /status (kept here, not re-read from metrics.jsonl)."""
@@ -186,139 +129,29 @@ class TrainingLoop:
         self.registered = True
 
     # -- evaluation --------------------------------------------------------------------------
-    async def _evaluate(self) -> EvalResult | None:
-        if self.s.eval_url is None:
-            return None
-        url = str(self.s.eval_url).rstrip("/") + "/evaluate"
-        async with httpx.AsyncClient(timeout=600) as client:
-            for _ in range(300):  # the env server starts after the trainer is ready
-                try:
-                    r = await client.post(url, headers=bearer(self.s.eval_token))
-                    if r.status_code == 200:
-                        return EvalResult.model_validate(r.json())
-                    if 400 <= r.status_code < 500:  # the env answered: it has nothing to evaluate (say why once)
-                        log.warning("no evaluation from %s: %d %s", url, r.status_code, r.text[:300])
-                        return None
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(1.0)
-        log.warning("no evaluation from %s", url)
-        return None
-
     async def _eval_round(self, phase: str) -> EvalResult | None:
-        """Evaluate the weights published last, once every replica serves them; recorded in
-        evals.jsonl, the eval gauge and W&B."""
-        if self.s.eval_url is None:
+        """Evaluate the weights published last, once every replica serves them."""
+        if self.evaluator is None:
             return None
         self.status.phase = "evaluating"
-        if phase != "before":
-            await self._wait_for_registry(self.weight_version)
-        result = await self._evaluate()
-        if result is not None:
-            record = EvalRecord(**result.model_dump(), step=self.step, phase=phase)
-            await asyncio.to_thread(append_line, self.evals_path, record)
-            self.metrics.eval_score.set(result.accuracy)
-            log.info("held-out score %s at step %d: %.3f of %d", phase, self.step, result.accuracy, result.problems)
-        if self.tracker is not None:
-            self.tracker.evaluation(phase, result, self.step)
-        return result
-
-    def _prune_evals(self) -> None:
-        """After a resume, evaluations of steps lost with the process go too (as their step records do)."""
-        kept = [e for e in read_lines(self.evals_path, EvalRecord) if e.step <= self.step]
-        if self.evals_path.exists():
-            self.evals_path.write_text("".join(e.model_dump_json() + "\n" for e in kept))
-
-    async def _wait_for_registry(self, version: int, timeout: float = 30.0) -> None:
-        """Until every ready replica reports ``version`` (sidecars publish it on their next heartbeat)."""
-        if self.publisher is None or self.s.registry_url is None:
-            return
-        from rlstack.common.registry_client import RegistryClient
-
-        registry = RegistryClient(str(self.s.registry_url))
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                endpoints = (await registry.list(model=self.s.served_model_name, ready=True)).endpoints
-                if endpoints and all(e.weight_version == version for e in endpoints):
-                    return
-                await asyncio.sleep(0.2)
-        finally:
-            await registry.aclose()
-        log.warning("registry does not show weight version %d on every replica after %.0fs", version, timeout)
+        if phase != "before" and self.watch is not None:
+            await self.watch.wait_for(self.weight_version)
+        return await self.evaluator.round(phase, self.step, self.tracker)
 
     async def _catch_up_replicas(self) -> None:
         """Publish again when a ready replica has served older weights than ours at two looks in a
-        row (one look could catch a heartbeat in flight): one restarted on the base model, or one
-        that missed a broadcast. Env servers bound staleness by the replicas' versions, so with
-        every replica behind no group starts, no batch comes, and without this the run stops."""
-        if self.publisher is None or self.s.registry_url is None or self.step == 0:
+        row: one restarted on the base model, or one that missed a broadcast. Env servers bound
+        staleness by the replicas' versions, so with every replica behind no group starts, no batch
+        comes, and without this the run stops."""
+        if self.watch is None or self.step == 0:
             return
-        from rlstack.common.registry_client import RegistryClient
-
-        registry = RegistryClient(str(self.s.registry_url))
-        try:
-            endpoints = (await registry.list(model=self.s.served_model_name, ready=True)).endpoints
-        except (httpx.HTTPError, ValueError) as exc:  # the registry is away: look again later
-            log.debug("could not list replicas: %r", exc)
-            return
-        finally:
-            await registry.aclose()
-        behind = replicas_behind(endpoints, self.weight_version)
-        if behind & self._behind:
+        lagging = await self.watch.lagging(self.weight_version)
+        if lagging:
             log.warning("replica(s) %s still serve weights older than v%d (restarted?): publishing again",
-                        ", ".join(sorted(behind & self._behind)), self.weight_version)
+                        ", ".join(sorted(lagging)), self.weight_version)
             await self._publish()
-            behind = set()
-        self._behind = behind
 
     # -- training ----------------------------------------------------------------------------
-    async def _next_batch(self) -> tuple[list[dict], float]:
-        start = looked = said = time.monotonic()
-        away_since: float | None = None
-        while True:
-            try:
-                batch = await self.batcher.batch(saved_step=self.saved_step, policy=self.s.batcher_policy)
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                # A batcher restart (Recreate rollout, node loss) outlasts the client's retries;
-                # exiting here would reload the policy and lose the steps since the checkpoint.
-                now = time.monotonic()
-                away_since = away_since or now
-                if now - away_since > self.s.batcher_outage_seconds:
-                    raise
-                if now - said >= STARVED_LOG_SECONDS or away_since == now:
-                    said = now
-                    log.warning("batcher unreachable for %.0fs at step %d (%r): waiting up to %.0fs for it",
-                                now - away_since, self.step, exc, self.s.batcher_outage_seconds)
-                await asyncio.sleep(1.0)
-                continue
-            if away_since is not None:
-                log.info("batcher back after %.0fs", time.monotonic() - away_since)
-                away_since = None
-            if batch:
-                waited = time.monotonic() - start
-                self.metrics.batch_wait_seconds.inc(waited)
-                return batch, waited
-            if time.monotonic() - looked >= LAGGING_LOOK_SECONDS:
-                looked = time.monotonic()
-                await self._catch_up_replicas()
-            if time.monotonic() - said >= STARVED_LOG_SECONDS:
-                said = time.monotonic()
-                await self._say_why_starved(said - start)
-            await asyncio.sleep(0.05)
-
-    async def _say_why_starved(self, waited: float) -> None:
-        """A long wait for a batch is logged with the batcher's account of it: the queue, and what
-        each env is doing (holding back, silent, producing)."""
-        try:
-            report = await self.batcher.progress(self.s.batcher_policy)
-        except (httpx.HTTPError, BatcherRefused, ValueError) as exc:  # an Atropos server has no /progress
-            log.warning("no batch for %.0fs at step %d (the batcher gives no account: %r)", waited, self.step, exc)
-            return
-        whose = f" of policy {self.s.batcher_policy}" if self.s.batcher_policy else ""
-        log.warning("no batch%s for %.0fs at step %d%s: %s", whose, waited, self.step, " (stalled)" if report.stalled else "",
-                    report.describe())
-
     async def _publish(self) -> float | None:
         if self.publisher is None:
             self.weight_version = self.step
@@ -332,24 +165,15 @@ class TrainingLoop:
         return report.seconds
 
     async def train_one(self) -> StepRecord:
-        groups, waited = await self._next_batch()
+        groups, waited = await self.feed.next(self.step, self.saved_step, self._catch_up_replicas)
         stats = await asyncio.to_thread(self.engine.call, "step", groups, self.step)
-        sampled = [v for g in groups for v in row_versions(g)]
-        stale = [max(0, self.step - v[0]) for v in sampled if v]  # from each row's oldest sampling version
         self.step += 1
         sync_seconds = None
         if self.step % self.s.sync_every == 0 or self.step == self.s.steps:
             sync_seconds = await self._publish()
-        record = StepRecord(
-            step=self.step, weight_version=self.weight_version, loss=stats.loss, reward_mean=stats.reward_mean,
-            reward_std=stats.reward_std, kl=stats.kl, clip_fraction=stats.clip_fraction, ratio_mean=stats.ratio_mean,
-            is_weight_mean=stats.is_weight_mean, is_capped=stats.is_capped,
-            grad_norm=stats.grad_norm, tokens=stats.tokens, step_seconds=stats.seconds,
-            tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
-            staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0), sync_seconds=sync_seconds,
-            mismatch=stats.mismatch, rows=len(sampled), rows_spanning_versions=sum(v is not None and len(v) > 1 for v in sampled),
-            groups=[name for g in groups if (name := group_name(g)) is not None],
-        )
+        record = StepRecord.of(stats, step=self.step, weight_version=self.weight_version, waited=waited, sync_seconds=sync_seconds,
+                               sampled=[v for g in groups for v in row_versions(g)],
+                               groups=[name for g in groups if (name := group_name(g)) is not None])
         await asyncio.to_thread(append_line, self.records_path, record)
         if self.tracker is not None:
             self.tracker.step(record)
@@ -357,35 +181,13 @@ class TrainingLoop:
             state = checkpoint.CheckpointState(step=self.step, weight_version=self.weight_version)
             await asyncio.to_thread(self.engine.call, "save", self.checkpoints, state, self.s.keep_checkpoints)
             self.saved_step = self.step
-        self._observe(record)
+        self.metrics.observe_step(record)
+        self.recent_rewards.append(record.reward_mean)
+        self.status = self.status.after(record, statistics.fmean(self.recent_rewards))
+        log.info("step %d/%d reward %.3f loss %.4f clip %.3f stale %.1f sync %s", record.step, self.s.steps, record.reward_mean,
+                 record.loss, record.clip_fraction, record.staleness_mean,
+                 f"{record.sync_seconds:.2f}s" if record.sync_seconds is not None else "-")
         return record
-
-    def _observe(self, r: StepRecord) -> None:
-        m = self.metrics
-        m.step.set(r.step)
-        m.loss.set(r.loss)
-        m.reward_mean.set(r.reward_mean)
-        m.reward_std.set(r.reward_std)
-        m.kl.set(r.kl)
-        m.clip_fraction.set(r.clip_fraction)
-        m.grad_norm.set(r.grad_norm)
-        m.staleness.set(r.staleness_mean)
-        m.tokens_per_second.set(r.tokens_per_second)
-        if r.mismatch is not None:
-            m.mismatch_kl.set(r.mismatch.kl)
-            m.mismatch_abs_mean.set(r.mismatch.abs_mean)
-            m.mismatch_abs_max.set(r.mismatch.abs_max)
-            m.mismatch_ratio_outside.set(r.mismatch.ratio_outside)
-        m.mismatch_checked_share.set(r.mismatch.share or 0.0 if r.mismatch is not None else 0.0)
-        m.tokens.inc(r.tokens)
-        m.step_seconds.observe(r.step_seconds)
-        self.recent_rewards.append(r.reward_mean)
-        self.status = self.status.model_copy(update={
-            "phase": "training", "step": r.step, "weight_version": self.weight_version, "reward_mean": r.reward_mean,
-            "reward_recent": statistics.fmean(self.recent_rewards), "loss": r.loss, "staleness": r.staleness_mean,
-            "sync_seconds": r.sync_seconds if r.sync_seconds is not None else self.status.sync_seconds})
-        log.info("step %d/%d reward %.3f loss %.4f clip %.3f stale %.1f sync %s", r.step, self.s.steps, r.reward_mean, r.loss,
-                 r.clip_fraction, r.staleness_mean, f"{r.sync_seconds:.2f}s" if r.sync_seconds is not None else "-")
 
     async def run(self) -> None:
         await asyncio.to_thread(self._load)
@@ -399,7 +201,7 @@ class TrainingLoop:
         if self.step > 0:
             await self._publish()  # replicas may have restarted on older weights
         eval_before_path = self.run_dir / "eval_before.json"
-        await asyncio.to_thread(self._prune_evals)
+        await asyncio.to_thread(prune_evals, self.evals_path, self.step)
         if self.step == 0:
             self.status.eval_before = await self._eval_round("before")
             if self.status.eval_before is not None:
@@ -445,3 +247,5 @@ class TrainingLoop:
         await self.batcher.aclose()
         if self.publisher is not None:
             await self.publisher.aclose()
+        if self.registry is not None:
+            await self.registry.aclose()

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from rlstack.trainer.sync import SyncReport
+
+if TYPE_CHECKING:
+    from rlstack.trainer.report import StepRecord
 
 
 class TrainerMetrics:
@@ -61,3 +66,23 @@ class TrainerMetrics:
             gaps = [p.mean_abs for p in report.probes.values() if p.mean_abs is not None]
             if gaps:
                 self.sync_probe_gap.set(max(gaps))
+
+    def observe_step(self, r: StepRecord) -> None:
+        """A step's record as gauges (the same numbers as metrics.jsonl's line)."""
+        self.step.set(r.step)
+        self.loss.set(r.loss)
+        self.reward_mean.set(r.reward_mean)
+        self.reward_std.set(r.reward_std)
+        self.kl.set(r.kl)
+        self.clip_fraction.set(r.clip_fraction)
+        self.grad_norm.set(r.grad_norm)
+        self.staleness.set(r.staleness_mean)
+        self.tokens_per_second.set(r.tokens_per_second)
+        if r.mismatch is not None:
+            self.mismatch_kl.set(r.mismatch.kl)
+            self.mismatch_abs_mean.set(r.mismatch.abs_mean)
+            self.mismatch_abs_max.set(r.mismatch.abs_max)
+            self.mismatch_ratio_outside.set(r.mismatch.ratio_outside)
+        self.mismatch_checked_share.set(r.mismatch.share or 0.0 if r.mismatch is not None else 0.0)
+        self.tokens.inc(r.tokens)
+        self.step_seconds.observe(r.step_seconds)

@@ -9,17 +9,21 @@ from the trials' ``result.json`` files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, Field
 
 from rlstack.common.contracts.trajectory import TRAJECTORY_STEM
 from rlstack.common.model_families import MODEL_RECORD
 from rlstack.trainer.mismatch import Mismatch
+
+if TYPE_CHECKING:
+    from rlstack.trainer.step import StepStats
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,6 +61,19 @@ class StepRecord(BaseModel):
     """The env's name of each group trained (``group_overrides.rlstack_group``), where it gave one: what
     ties a trained step to the trials in it (``bench/faults.py`` counts each trial trained once)."""
 
+    @classmethod
+    def of(cls, stats: StepStats, *, step: int, weight_version: int, waited: float, sync_seconds: float | None,
+           sampled: list[list[int] | None], groups: list[str]) -> StepRecord:
+        """Step ``step``'s record: the optimiser's statistics as they are, with what the loop saw around
+        them. ``sampled``: each row's sampling versions, whose oldest gives the row's staleness."""
+        own = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats) if f.name != "seconds"}
+        stale = [max(0, step - 1 - v[0]) for v in sampled if v]
+        return cls(**own, step=step, weight_version=weight_version, step_seconds=stats.seconds,
+                   tokens_per_second=stats.tokens / max(stats.seconds, 1e-9), wait_seconds=waited,
+                   staleness_mean=statistics.fmean(stale) if stale else 0.0, staleness_max=max(stale, default=0),
+                   sync_seconds=sync_seconds, rows=len(sampled), groups=groups,
+                   rows_spanning_versions=sum(v is not None and len(v) > 1 for v in sampled))
+
 
 class EvalResult(BaseModel):
     """An env server's POST /evaluate: greedy accuracy, or for agent envs the held-out pass rate."""
@@ -70,6 +87,31 @@ class EvalResult(BaseModel):
     """Agent envs: held-out trials run (``eval_samples`` per task)."""
     statuses: dict[str, int] | None = None
     """Agent envs: how the held-out trials ended (``ok``, ``agent_error``, ...)."""
+
+
+class TrainerStatus(BaseModel):
+    """``GET /status``: what ``rlstack up`` draws its progress line from."""
+
+    policy: str | None = None
+    """The policy this trainer trains (its replicas' served name)."""
+    phase: str = "loading"
+    step: int = 0
+    steps: int
+    weight_version: int = 0
+    reward_mean: float | None = None
+    reward_recent: float | None = None
+    loss: float | None = None
+    staleness: float | None = None
+    sync_seconds: float | None = None
+    eval_before: EvalResult | None = None
+    eval_after: EvalResult | None = None
+    error: str | None = None
+
+    def after(self, r: StepRecord, reward_recent: float) -> TrainerStatus:
+        return self.model_copy(update={
+            "phase": "training", "step": r.step, "weight_version": r.weight_version, "reward_mean": r.reward_mean,
+            "reward_recent": reward_recent, "loss": r.loss, "staleness": r.staleness_mean,
+            "sync_seconds": r.sync_seconds if r.sync_seconds is not None else self.sync_seconds})
 
 
 class EvalRecord(EvalResult):

@@ -58,6 +58,6 @@ def test_an_env_that_refuses_or_has_nothing_to_evaluate_is_not_asked_again(tmp_p
     for app, token in ((Counted(env_app(tmp_path, heldout_size=2)), None),  # 401 without the env's token
                        (Counted(env_app(tmp_path)), "env-token")):  # 404: nothing held out
         with served(app, lifespan="off") as url:
-            assert asyncio.run(loop(tmp_path, url, token)._evaluate()) is None
+            assert asyncio.run(loop(tmp_path, url, token).evaluator.evaluate()) is None
         assert app.asked == 1  # answered: not asked again (it is only while the env is not up yet)
     assert not list((tmp_path / "trials").glob("ev/*/result.json"))  # neither ran a trial

@@ -45,7 +45,7 @@ def test_the_batch_poll_waits_for_a_batcher_that_comes_back(tmp_path):
     thread = threading.Thread(target=come_back, daemon=True)
     thread.start()
     try:
-        batch, waited = asyncio.run(trainer._next_batch())
+        batch, waited = asyncio.run(trainer.feed.next(trainer.step, trainer.saved_step, trainer._catch_up_replicas))
     finally:
         thread.join()
         for server in servers:

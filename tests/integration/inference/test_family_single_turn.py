@@ -118,8 +118,8 @@ def train_and_sync(model: Path, batch: list[dict], registry_url: str, served: st
     import torch
 
     from rlstack.trainer.engine import Engine
-    from rlstack.trainer.loop import build_publisher
     from rlstack.trainer.report import model_info
+    from rlstack.trainer.sync.modes import build_publisher
 
     settings = TrainerSettings(model=str(model), registry_url=registry_url, served_model_name=served, mixed_precision="bf16",
                                sync_mode="filesystem", run_dir=tmp_path / "trainer", loss={"tis_cap": 2.0}, lr=1e-5)

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
@@ -33,3 +36,11 @@ def test_a_trainer_trains_the_queue_of_the_policy_whose_replicas_it_syncs():
     assert TrainerSettings(served_model_name="helper", batcher_policy="helper").policy == "helper"
     with pytest.raises(ValidationError, match="batcher_policy 'lead' is not served_model_name 'helper'"):
         TrainerSettings(served_model_name="helper", batcher_policy="lead")
+
+
+def test_reading_the_settings_imports_no_http_client_nor_torch():
+    """``--help``, ``--dry-run`` and the chart's tests read these settings: no httpx, registry client or torch."""
+    code = ("import sys, rlstack.trainer.config as c; c.TrainerSettings(sync_mode='none'); "
+            "print(sorted(m for m in ('httpx', 'torch', 'rlstack.common.registry_client', 'rlstack.trainer.sync') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

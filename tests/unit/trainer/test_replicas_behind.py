@@ -2,7 +2,7 @@
 older than its own (the fault run's killed replica came back on the base model, version 0)."""
 
 from rlstack.common.contracts.registry import Endpoint
-from rlstack.trainer.loop import replicas_behind
+from rlstack.trainer.replica_watch import replicas_behind
 
 
 def replica(name: str, version: int, ready: bool = True) -> Endpoint:
