@@ -135,8 +135,8 @@ def make_team_demo(args: argparse.Namespace, spec: CliAgentDemoSpec) -> int:
     lead, helper = (Path(f"models/claude-code-{name}") for name in names)
     capture_dir = args.capture_dir or Path("data/claude-code-team-capture")
     team = spec.model_copy(update={"capture_families": tuple(f for f in demo.FAMILIES if f != "fix")})
-    built = demo.is_built(lead) and demo.is_built(helper)
     steps = {"lead": args.steps, "helper": args.steps} if args.steps is not None else demo.TEAM_STEPS
+    built = demo.is_built(lead, steps=steps["lead"]) and demo.is_built(helper, steps=steps["helper"])
     return built_once(lead, f"claude-code team demo ({lead} and {helper})", args.force, built,
                       lambda: demo.build_team_demo(lead, helper, capture_dir, team, steps=steps))
 

@@ -52,11 +52,14 @@ DEFAULT_STEPS = {"claude-code": 70, "codex": 120, "opencode": 70}
 codex needs more: its tool output starts with a random chunk id and a wall time, and after 70
 steps its second command came out garbled in most trials (`make run-agent AGENT=codex`,
 mean reward 0.03 over its first 9 steps)."""
-TEAM_STEPS = {"lead": 150, "helper": 70}
+TEAM_STEPS = {"lead": 300, "helper": 70}
 """Warm-start steps of the claude-code team's two policies (``build_team_demo``). The lead's calls are
 longer to get right (an ``Agent`` call carrying the task, after a ``Bash`` look): after 70 steps its loss
-was 0.15 and in the first team run 39 of 40 trials never reached the helper (garbled calls); the worker's
-two calls are the single demo's kind, loss 0.025 after 70."""
+was 0.15 and in the first team run 39 of 40 trials never reached the helper (garbled calls); after 150,
+46 % of its trials handed the worker the task word for word, and the worker, rewarded on the team's
+outcome, was punished for doing faithfully the wrong sub-task it was given: both fell (docs/policies.md).
+The worker's two calls are the single demo's kind, loss 0.025 after 70, sometimes right: where GRPO has
+signal."""
 
 
 class CliAgentDemoSpec(BaseModel):
@@ -93,7 +96,11 @@ class CliAgentDemoSpec(BaseModel):
     (``family_model``), whose prompts carry claude-code's full JSON tool schemas."""
 
 
-def is_built(out: Path, model_family: str = "demo") -> bool:
+def is_built(out: Path, model_family: str = "demo", steps: int | None = None) -> bool:
+    """A current demo model in ``out``; with ``steps``, warm-started for exactly that many steps (a changed
+    setting rebuilds it rather than training on the old one)."""
+    if steps is not None and (not (out / RECORD).exists() or json.loads((out / RECORD).read_text())["spec"]["steps"] != steps):
+        return False
     if model_family != "demo":
         from rlstack.common.model_families import get_family
         from rlstack.modelkit.family_model import is_built as family_built

@@ -40,3 +40,15 @@ def test_the_lead_looks_then_delegates_and_the_sub_agent_solves():
     # without team mode the lead delegates at once and the sub-agent does all of it, as before
     assert command(next_message(spec, seen(lead, {"Bash", SUB_AGENT_TOOL}, 0)))["name"] == SUB_AGENT_TOOL
     assert command(next_message(spec, seen(worker, {"Bash"}, 0))) == {"name": "Bash", "command": look}
+
+
+def test_a_team_model_warm_started_for_other_steps_is_not_taken_as_built(tmp_path):
+    """Changing ``TEAM_STEPS`` rebuilds the team's models (``make run-agent ... POLICIES=``) rather than
+    training on the ones an earlier setting left in ``models/``."""
+    from rlstack.modelkit.cli_agent_demo import RECORD, TEAM_STEPS, TEMPLATE, is_built
+
+    (tmp_path / "model.safetensors").write_bytes(b"")  # what is_current looks for, beside today's template
+    (tmp_path / "chat_template.jinja").write_text(TEMPLATE.read_text())
+    (tmp_path / RECORD).write_text(json.dumps({"spec": {"steps": TEAM_STEPS["lead"]}}))
+    assert is_built(tmp_path) and is_built(tmp_path, steps=TEAM_STEPS["lead"])
+    assert not is_built(tmp_path, steps=TEAM_STEPS["lead"] // 2)
