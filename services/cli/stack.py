@@ -159,8 +159,9 @@ def cmd_policy_rows(args: argparse.Namespace) -> int:
     from rlstack.ops.policy_rows import audit_rows
 
     if not (args.run_dir / "batcher").is_dir() or not (args.run_dir / "trials").is_dir():
-        raise no_such_file(args.run_dir, "agent run directory", "name a run directory of `rlstack up` with batcher/ and trials/")
-    report = audit_rows(args.run_dir, args.first_policy)
+        raise no_such_file(args.run_dir, "agent run directory", "name a run directory of `rlstack up` with batcher/ and trials/, "
+                           "or the chart's shared volume with --run-id")
+    report = audit_rows(args.run_dir, args.first_policy, args.run)
     print(report.model_dump_json(indent=2))
     return 0 if report.ok else 1
 
@@ -209,7 +210,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ledger.set_defaults(func=cmd_ledger)
     rows = sub.add_parser("policy-rows", help="a run of several policies: every row each policy trained is one of its own "
                                               "calls' exact ids and none begins as another policy's call (exit 1 if not); reads only")
-    rows.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    rows.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"),
+                      help="a run directory of `rlstack up`, or with --run-id the chart's shared volume")
+    add_renamed(rows, "--run-id", "--run", dest="run", default=None,
+                help="the chart's run id whose files on the shared volume to read (as `rlstack ledger --run-id`); "
+                     "run_dir is then the volume's root")
     rows.add_argument("--first-policy", default=None,
                       help="the policy a group naming none belongs to (the batcher's first); unset: a run of one policy")
     rows.set_defaults(func=cmd_policy_rows)

@@ -34,9 +34,9 @@ class RowsReport(BaseModel):
     ok: bool
 
 
-def _records(trials: Path) -> dict[str | None, list[TrajectoryRecord]]:
+def _records(trials: Path, run: str = "*") -> dict[str | None, list[TrajectoryRecord]]:
     by_policy: dict[str | None, list[TrajectoryRecord]] = defaultdict(list)
-    for trial in sorted(p for p in trials.glob("*/*") if p.is_dir()):
+    for trial in sorted(p for p in trials.glob(f"{run}/*") if p.is_dir()):
         for record in read_trajectory(trial):
             if record.status == "ok" and record.choices:
                 by_policy[record.policy].append(record)
@@ -56,12 +56,14 @@ def _groups(wal: Path) -> list[dict]:
     return groups
 
 
-def audit_rows(run_dir: Path, first_policy: str | None = None) -> RowsReport:
-    """``first_policy``: the name a group naming none is filed under (the batcher's first)."""
-    records = _records(run_dir / "trials")
+def audit_rows(run_dir: Path, first_policy: str | None = None, run: str | None = None) -> RowsReport:
+    """``first_policy``: the name a group naming none is filed under (the batcher's first). ``run``: the
+    chart's run id, ``run_dir`` then the shared volume's root (its batcher keeps ``batcher/<run>/``, the
+    proxy ``trials/<run>/``), as ``rlstack ledger --run-id`` reads it."""
+    records = _records(run_dir / "trials", run or "*")
     whole = {p: {tuple(r.prompt_token_ids + r.choices[0].completion_token_ids) for r in rs} for p, rs in records.items()}
     report: dict[str, PolicyRows] = defaultdict(PolicyRows)
-    for group in _groups(run_dir / "batcher" / "batcher.wal"):
+    for group in _groups(run_dir / "batcher" / (run or "") / "batcher.wal"):
         policy = group.get("policy") or first_policy
         if policy is None:  # one policy: every call is its own
             own, others = set().union(*whole.values()), []

@@ -81,3 +81,20 @@ def test_a_run_with_no_rows_proves_nothing_and_fails(tmp_path):
     assert done.returncode == 1
     missing = subprocess.run([RLSTACK, "policy-rows", str(tmp_path / "nothing")], capture_output=True, text=True)
     assert missing.returncode == 2 and "no such" in missing.stderr
+
+
+def test_the_charts_shared_volume_is_read_by_run_id(tmp_path):
+    """On the chart's volume the batcher keeps ``batcher/<run>/`` and the proxy ``trials/<run>/``, beside
+    other runs' files: ``--run-id`` reads that run's, and the volume's root alone holds no log to read."""
+    helper = sum(HELPER_CALL, [])
+    run = run_dir(tmp_path, [helper, helper])
+    (run / "batcher" / "r").mkdir()
+    (run / "batcher" / "batcher.wal").rename(run / "batcher" / "r" / "batcher.wal")
+    other = trajectory_file(run / "trials" / "other-run" / "t9", "w0")  # another run's calls on the same volume
+    other.parent.mkdir(parents=True)
+    other.write_text(record("t9", "helper", ([1], [2])).model_dump_json() + "\n")
+    report = audit_rows(run, "lead", run="r")
+    assert report.ok and report.calls == {"lead": 2, "helper": 2}
+    done = subprocess.run([RLSTACK, "policy-rows", str(run), "--run-id", "r", "--first-policy", "lead"], capture_output=True, text=True)
+    assert done.returncode == 0 and '"ok": true' in done.stdout
+    assert subprocess.run([RLSTACK, "policy-rows", str(run), "--first-policy", "lead"], capture_output=True).returncode == 1
