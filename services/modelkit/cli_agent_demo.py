@@ -97,10 +97,13 @@ class CliAgentDemoSpec(BaseModel):
 
 
 def is_built(out: Path, model_family: str = "demo", steps: int | None = None) -> bool:
-    """A current demo model in ``out``; with ``steps``, warm-started for exactly that many steps (a changed
-    setting rebuilds it rather than training on the old one)."""
-    if steps is not None and (not (out / RECORD).exists() or json.loads((out / RECORD).read_text())["spec"]["steps"] != steps):
-        return False
+    """A current demo model in ``out``; with ``steps``, warm-started for exactly that many steps, as set and
+    as taken (a changed setting, or a warm start its time guard cut short, rebuilds it rather than
+    training on the old one)."""
+    if steps is not None:
+        record = json.loads((out / RECORD).read_text()) if (out / RECORD).exists() else {}
+        if record.get("spec", {}).get("steps") != steps or record.get("steps", steps) != steps:
+            return False
     if model_family != "demo":
         from rlstack.common.model_families import get_family
         from rlstack.modelkit.family_model import is_built as family_built

@@ -52,3 +52,6 @@ def test_a_team_model_warm_started_for_other_steps_is_not_taken_as_built(tmp_pat
     (tmp_path / RECORD).write_text(json.dumps({"spec": {"steps": TEAM_STEPS["lead"]}}))
     assert is_built(tmp_path) and is_built(tmp_path, steps=TEAM_STEPS["lead"])
     assert not is_built(tmp_path, steps=TEAM_STEPS["lead"] // 2)
+    # the warm start's time guard stopped it early (a machine too busy): not the policy the steps define
+    (tmp_path / RECORD).write_text(json.dumps({"spec": {"steps": TEAM_STEPS["lead"]}, "steps": TEAM_STEPS["lead"] - 1}))
+    assert not is_built(tmp_path, steps=TEAM_STEPS["lead"])
