@@ -109,7 +109,7 @@ def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401
     return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=settings.activation_checkpointing,
                         cpu_offload=settings.cpu_offload, logprob_chunk=settings.logprob_chunk,
                         lora_base_bytes=4 if settings.lora_base_dtype == "float32" else 2,
-                        share_prefix=(settings.share_prefix or None) if settings.pack_tokens and settings.attention == "varlen" else None)
+                        share_prefix=settings.prefix_trees)
 
 
 def _addresses(services: list[Any]) -> dict[str, Any]:  # noqa: ANN401 - ServiceSpecs

@@ -184,6 +184,12 @@ class TrainerSettings(PolicySettings):
         return self
 
     @property
+    def prefix_trees(self) -> int | None:
+        """The one place prefix sharing is turned on or off: the shortest prefix laid out as a tree, or None
+        when off (``share_prefix`` 0, no ``pack_tokens``, or attention other than varlen)."""
+        return self.share_prefix if self.share_prefix and self.pack_tokens and self.attention == "varlen" else None
+
+    @property
     def policy(self) -> str:
         """The policy this trainer trains: its replicas' served name (its batcher queue's name)."""
         return self.served_model_name

@@ -153,7 +153,7 @@ class Engine:
         score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx, bf16=bf16)
         return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
                          version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch,
-                         share_prefix=self.s.share_prefix if self.s.attention == "varlen" else None, bf16=bf16)
+                         share_prefix=self.s.prefix_trees, bf16=bf16)
 
     def remember(self, version: int) -> None:
         """Keep the current weights as ``version`` (called when they are published)."""

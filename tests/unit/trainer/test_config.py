@@ -44,3 +44,11 @@ def test_reading_the_settings_imports_no_http_client_nor_torch():
             "print(sorted(m for m in ('httpx', 'torch', 'rlstack.common.registry_client', 'rlstack.trainer.sync') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_prefix_sharing_is_on_only_with_a_length_packing_and_varlen_attention():
+    on = TrainerSettings(sync_mode="none", pack_tokens=4096, share_prefix=64)
+    assert on.prefix_trees == 64
+    assert on.model_copy(update={"share_prefix": 0}).prefix_trees is None
+    assert on.model_copy(update={"pack_tokens": None}).prefix_trees is None
+    assert on.model_copy(update={"attention": "sdpa"}).prefix_trees is None
