@@ -13,9 +13,12 @@ from rlstack.inference.config import InferenceSettings
 
 
 def check_family(settings: InferenceSettings) -> None:
-    """The model's family and its parsers, before vLLM loads anything: one line and exit 2 if not."""
+    """The model's family and its parsers, before vLLM loads anything: one line and exit 2 if not. The
+    family read from the model directory is pinned in the settings, so the command line and the
+    registration name it without reading ``config.json`` and the tokenizer again."""
     try:
         family = resolve_family(settings.model, settings.model_family)
+        settings.model_family = family.name
         check_parsers(family, None, settings.tool_call_parser, settings.reasoning_parser)
         if settings.device == "cpu" and settings.enable_lora and is_mixture_of_experts(settings.model):
             raise ModelFamilyError(f"{settings.model} is a mixture of experts, whose LoRA layers vLLM runs only as Triton "

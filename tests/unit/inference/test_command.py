@@ -1,7 +1,10 @@
+import subprocess
+
 import pytest
 
 from rlstack.inference.command import WORKER_EXTENSION, vllm_command
 from rlstack.inference.config import InferenceSettings
+from tests.conftest import VLLM_PYTHON
 
 
 def test_cpu_command_has_the_rl_flags_and_env():
@@ -41,3 +44,14 @@ def test_the_parsers_come_from_the_models_family_unless_named(tmp_path):
     assert argv[argv.index("--tool-call-parser") + 1] == "llama3_json"
     with pytest.raises(ModelFamilyError, match="cannot tell the model family of Qwen/Qwen3-8B.*--model-family"):
         vllm_command(InferenceSettings(model="Qwen/Qwen3-8B"), python="py")
+
+
+def test_the_family_read_from_the_model_directory_is_pinned_in_the_settings_once(tmp_path):
+    """``check_family`` (before vLLM starts) reads the directory; the command line and the registration
+    then take the name it pinned instead of reading ``config.json`` and the tokenizer again."""
+    (tmp_path / "rlstack-model.json").write_text('{"model_family": "demo"}')
+    code = ("from rlstack.inference.__main__ import check_family; from rlstack.inference.config import InferenceSettings; "
+            f"s = InferenceSettings(model={str(tmp_path)!r}); assert s.model_family is None; check_family(s); print(s.model_family)")
+    done = subprocess.run([str(VLLM_PYTHON), "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "demo"
