@@ -16,7 +16,7 @@ thread breaks, reward = verifier's, each sequence the thread's exact ids) and ad
 - **drift**: the share of spliced calls whose history, rendered again through the template, is not
   the ids the policy produced: what token-in saved (``SpliceInfo.rerendered_exact``).
 
-The suite runs the diagonal (``DIAGONAL``: each family mode once, each agent once); ``make matrix``
+The suite runs the cells in ``DIAGONAL`` (two: qwen3 thinking x codex, DeepSeek V3 x built-in); ``make matrix``
 runs every cell (``--matrix``) and writes the table into docs/agent-trials.md.
 """
 
