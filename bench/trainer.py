@@ -235,7 +235,7 @@ def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: 
     settings = TrainerSettings(model=str(args.model or "random"), sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
                                micro_batch_size=args.micro_batch_size,
                                pack_tokens=None if path == "padded" else args.pack_tokens,
-                               share_prefix=args.share_prefix if path == "shared" else 0,
+                               share_prefix=args.share_prefix if path == "shared" else None,
                                attention="sdpa" if path == "packed-sdpa" else args.attention,
                                activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
                                lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0,

@@ -65,6 +65,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rlstack.launcher.policies import PolicyConfigError, expand
     from rlstack.launcher.preflight import check_replicas, with_model, with_model_family
     from rlstack.launcher.progress import wait_for
+    from rlstack.launcher.service_settings import ServiceSettingsError
     from rlstack.launcher.supervisor import ServiceFailed, Supervisor
 
     config = load_run_config(args.config or DEFAULT_CONFIG, default=args.config is None)
@@ -84,7 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         for name, family in check_replicas(config).items():
             log.info("%s serves a %s model (tool parser %s, reasoning parser %s)", name, family.name,
                      family.tool_parser, family.reasoning_parser)
-    except (ModelFamilyError, PolicyConfigError) as exc:
+    except (ModelFamilyError, PolicyConfigError, ServiceSettingsError) as exc:
         log.error("%s", exc)
         return 2
     run_dir = make_run_dir(config.runs_dir, config.name)

@@ -36,6 +36,7 @@ class ServiceSettings(BaseSettings):
         validate_default=True,
         cli_kebab_case=True,
         cli_implicit_flags=True,
+        env_parse_none_str="null",  # every setting's "off" is spelled null: in YAML, as a flag and as an env var
         cli_prog_name="rlstack",
         use_attribute_docstrings=True,
     )

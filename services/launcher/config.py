@@ -7,6 +7,7 @@ Arguments and env values may name other services' addresses as ``{batcher.url}``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -39,6 +40,11 @@ class ServiceSpec(BaseModel):
     module: str = Field(pattern=r"^rlstack\.[a-z_.]+$")
     """Started as ``python -m <module>``."""
     args: list[str] = Field(default_factory=list)
+    """Flags as on a command line; ``{service.url}`` and ``{run_dir}`` name addresses."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """Values of the service's own settings model by field name (``model: models/demo``,
+    ``pack_tokens: null``), checked against that model when the config is read and made flags only
+    when the process starts (``launcher.service_settings``); a setting wins over the same flag in ``args``."""
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = Field(default=None, ge=1, le=65535)
     """Fixed port; a free one when unset. Passed as --port."""
@@ -56,6 +62,19 @@ class ServiceSpec(BaseModel):
     policy: str | None = Field(default=None, pattern=POLICY_NAME)
     """With a ``policies:`` block: the policy this replica serves or this trainer trains; its model,
     served name and directories come from the block (``launcher.policies``)."""
+
+    @model_validator(mode="after")
+    def _settings_are_the_services_own(self) -> ServiceSpec:
+        if not self.settings:
+            return self
+        from rlstack.launcher.service_settings import SETTINGS, settings_class
+
+        if self.module not in SETTINGS:
+            raise ValueError(f"settings: {self.module} has no settings model here; give it args")
+        known = settings_class(self.module).model_fields
+        if unknown := sorted(k for k in self.settings if k not in known):
+            raise ValueError(f"settings: {', '.join(unknown)} not a setting of {self.module}")
+        return self
 
 
 class PolicyDecl(PolicyRoute):

@@ -1,16 +1,16 @@
-"""A run config's ``policies:`` block made into each service's flags, once, before anything starts.
+"""A run config's ``policies:`` block made into each service's settings, once, before anything starts.
 
 A config of several policies names each policy's model once, in the block, and tags the replicas
 and the trainer that belong to it (``policy: lead``); this module gives each tagged service its
 served name, model and family, lays out a run directory per policy (``{run_dir}/policies/<p>``:
 its metrics, summary, checkpoints and published weights), and hands the table to the services that
 are shared (the proxy and env servers route and split by it, the batcher keeps a queue per policy).
-A config with no block is returned as it is: one policy, the flags it always had.
+A config with no block is returned as it is: one policy, the settings it always had.
 """
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from rlstack.common.policies import PolicyTable, declared_family
 from rlstack.launcher.config import PolicyDecl, RunConfig, ServiceSpec
@@ -18,8 +18,9 @@ from rlstack.launcher.config import PolicyDecl, RunConfig, ServiceSpec
 INFERENCE, TRAINER = "rlstack.inference", "rlstack.trainer"
 SHARED = {"rlstack.proxy": "routes", "rlstack.envs": "routes", "rlstack.batcher": "names"}
 """The shared services that take the table: the proxy and env servers as routes (JSON), the batcher as names."""
-OWNED_FLAGS = ("--served-model-name", "--model", "--model-family", "--batcher-policy", "--run-dir", "--weights-dir")
-"""What the block decides for a tagged service; a tagged service that sets one itself is refused."""
+OWNED = ("served_model_name", "model", "model_family", "batcher_policy", "run_dir", "weights_dir")
+"""The settings the block decides for a tagged service; a tagged service that sets one itself (as a
+flag or a setting) is refused."""
 
 
 class PolicyConfigError(ValueError):
@@ -52,7 +53,7 @@ def check(config: RunConfig) -> None:
             raise PolicyConfigError(f"service {spec.name!r} ({spec.module}) names no policy; with several policies each "
                                     f"replica and trainer says which it serves or trains (policy: one of {names})")
         if spec.policy is not None:
-            if owned := [f for f in OWNED_FLAGS if _has(spec.args, f)]:
+            if owned := [_flag(f) for f in OWNED if _has(spec.args, _flag(f)) or f in spec.settings]:
                 raise PolicyConfigError(f"service {spec.name!r}: {', '.join(owned)} come from policy {spec.policy!r}'s "
                                         "declaration; leave them out of its args")
     for p in config.policies:
@@ -67,37 +68,39 @@ def check(config: RunConfig) -> None:
             declared_family(p.name, p.model, p.family)
 
 
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
 def _has(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
-def _flags(spec: ServiceSpec, decl: PolicyDecl) -> list[str]:
+def _settings(spec: ServiceSpec, decl: PolicyDecl) -> dict[str, Any]:
     here = policy_dir(decl.name)
-    family = ["--model-family", decl.family] if decl.family else []
+    family = {"model_family": decl.family} if decl.family else {}
     if spec.module == INFERENCE:
-        return ["--served-model-name", decl.name, "--model", decl.model, *family, "--weights-dir", here + "/weights"]
+        return {"served_model_name": decl.name, "model": decl.model, **family, "weights_dir": here + "/weights"}
     if spec.module == TRAINER:
-        return ["--served-model-name", decl.name, "--model", decl.model, "--batcher-policy", decl.name,
-                "--run-dir", here, "--weights-dir", here + "/weights"]
-    return []
+        return {"served_model_name": decl.name, "model": decl.model, "batcher_policy": decl.name,
+                "run_dir": here, "weights_dir": here + "/weights"}
+    return {}
 
 
 def expand(config: RunConfig) -> RunConfig:
-    """The config with the block's flags in every service's args (checked first: ``check``)."""
+    """The config with the block's settings on every service (checked first: ``check``)."""
     check(config)
     routes = table(config)
     if routes is None:
         return config
     by_name = {p.name: p for p in config.policies}
-    # args are format strings ({registry.url}, {run_dir}): the JSON's own braces are escaped
-    as_routes = json.dumps([r.model_dump(exclude_defaults=True) for r in routes.root]).replace("{", "{{").replace("}", "}}")
-    as_names = json.dumps(routes.names())
+    shared = {"routes": [r.model_dump(exclude_defaults=True) for r in routes.root], "names": routes.names()}
     services = []
     for spec in config.services:
-        args = list(spec.args)
+        settings = dict(spec.settings)
         if spec.policy is not None:
-            args += _flags(spec, by_name[spec.policy])
-        elif spec.module in SHARED and not _has(args, "--policies"):
-            args += ["--policies", as_routes if SHARED[spec.module] == "routes" else as_names]
-        services.append(spec.model_copy(update={"args": args}))
+            settings |= _settings(spec, by_name[spec.policy])
+        elif spec.module in SHARED and not _has(spec.args, "--policies") and "policies" not in settings:
+            settings["policies"] = shared[SHARED[spec.module]]
+        services.append(spec.model_copy(update={"settings": settings}))
     return config.model_copy(update={"services": services})

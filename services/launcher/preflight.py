@@ -1,61 +1,47 @@
 """What ``rlstack up`` checks before it starts anything: every replica's model family can be told
 and its vLLM has the family's parsers. A model that fails here would otherwise fail minutes later,
-after the registry and the batcher are up, inside a replica's log."""
+after the registry and the batcher are up, inside a replica's log.
+
+Each replica is read through its own settings model (``service_settings.resolve``), as the process
+will read itself; what ``rlstack up`` decides (``--model``, ``--model-family``) is set as a typed
+setting, never spliced into an argument list.
+"""
 
 from __future__ import annotations
 
 from rlstack.common.model_families import ModelFamily, check_parsers, resolve_family
 from rlstack.launcher.config import RunConfig
+from rlstack.launcher.service_settings import resolve, stand_in_addresses
 
-INFERENCE = "rlstack.inference"
-
-
-def flag(args: list[str], name: str) -> str | None:
-    """A flag's value in a service's argument list (``--name value`` or ``--name=value``)."""
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+INFERENCE, TRAINER = "rlstack.inference", "rlstack.trainer"
 
 
-def without_flag(args: list[str], name: str) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == name:
-            skip = True
-        elif not arg.startswith(name + "="):
-            out.append(arg)
-    return out
+def with_settings(config: RunConfig, modules: tuple[str, ...], **values: object) -> RunConfig:
+    """The config with ``values`` set on every service of ``modules`` (over what its args or settings said)."""
+    services = [s.model_copy(update={"settings": {**s.settings, **values}}) if s.module in modules else s for s in config.services]
+    return config.model_copy(update={"services": services})
 
 
 def with_model_family(config: RunConfig, family: str) -> RunConfig:
     """``rlstack up --model-family F``: every replica serves its model as family F (whatever its config said)."""
-    services = [s.model_copy(update={"args": [*without_flag(s.args, "--model-family"), "--model-family", family]})
-                if s.module == INFERENCE else s for s in config.services]
-    return config.model_copy(update={"services": services})
+    return with_settings(config, (INFERENCE,), model_family=family)
 
 
 def with_model(config: RunConfig, model: str) -> RunConfig:
     """``rlstack up --model DIR``: the replicas serve, and the trainer trains, ``DIR`` instead of the
     model the config names (a demo policy built on another family's tokenizer, say)."""
-    services = [s.model_copy(update={"args": [*without_flag(s.args, "--model"), "--model", model]})
-                if flag(s.args, "--model") is not None else s for s in config.services]
-    return config.model_copy(update={"services": services})
+    return with_settings(config, (INFERENCE, TRAINER), model=model)
 
 
 def check_replicas(config: RunConfig) -> dict[str, ModelFamily]:
     """Each replica's family, by service name; raises ``ModelFamilyError`` (one line, with the fix)."""
+    addresses = stand_in_addresses(config.services)
     families = {}
     for spec in config.services:
         if spec.module != INFERENCE:
             continue
-        model = flag(spec.args, "--model") or "models/tiny"
-        family = resolve_family(model, flag(spec.args, "--model-family"))
-        check_parsers(family, spec.python, flag(spec.args, "--tool-call-parser"), flag(spec.args, "--reasoning-parser"))
+        settings = resolve(spec, addresses)
+        family = resolve_family(settings.model, settings.model_family)
+        check_parsers(family, spec.python, settings.tool_call_parser, settings.reasoning_parser)
         families[spec.name] = family
     return families

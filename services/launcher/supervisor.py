@@ -24,6 +24,7 @@ from rlstack.common.ports import free_port
 from rlstack.common.process import ServiceFailed, ServiceProcess, log_tail, start_process
 from rlstack.launcher.auth import RunTokens
 from rlstack.launcher.config import RunConfig, ServiceSpec
+from rlstack.launcher.service_settings import command_args
 
 log = logging.getLogger(__name__)
 __all__ = ["Running", "ServiceFailed", "Supervisor", "log_tail"]
@@ -72,7 +73,7 @@ class Supervisor:
 
     def start(self, spec: ServiceSpec) -> Running:
         addresses = {**self._addresses(), "run_dir": str(self.run_dir)}
-        args = [a.format(**addresses) for a in spec.args]
+        args = command_args(spec, addresses)
         tokens = self.tokens.service_env(spec.module) if self.tokens is not None else {}
         env = {**tokens, **{k: v.format(**addresses) for k, v in spec.env.items()}}
         log_path = self.run_dir / "logs" / f"{spec.name}.log"

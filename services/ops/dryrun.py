@@ -9,18 +9,12 @@ the replicas' ``--max-lora-rank``, and ports and service addresses that resolve.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
 import string
-from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
-from pydantic_settings import SettingsError
 
 from rlstack.ops.chart_model import ChartModel, chart_model
 
@@ -73,36 +67,6 @@ class Finding(BaseModel):
     detail: str
 
 
-SETTINGS = {
-    "rlstack.registry": "rlstack.registry.config:RegistrySettings", "rlstack.batcher": "rlstack.batcher.config:BatcherSettings",
-    "rlstack.inference": "rlstack.inference.config:InferenceSettings", "rlstack.proxy": "rlstack.proxy.config:ProxySettings",
-    "rlstack.trainer": "rlstack.trainer.config:TrainerSettings", "rlstack.envs": "rlstack.envs.config:EnvSettings",
-}
-"""Each service's own settings model: dryrun resolves flags and env exactly as the service will."""
-
-
-@contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def resolve_settings(module: str, args: list[str], env: dict[str, str]) -> Any:  # noqa: ANN401 - a ServiceSettings
-    """The settings ``python -m <module> <args>`` would start with under ``env`` (raises ValidationError)."""
-    target, _, name = SETTINGS[module].partition(":")
-    cls = getattr(importlib.import_module(target), name)
-    with _environment(env):
-        return cls.from_cli(args, exit_on_error=False)
-
-
 def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401 - a TrainerSettings
     """The trainer's memory-relevant settings."""
     tokens = settings.pack_tokens or settings.micro_batch_size * settings.max_token_len
@@ -112,26 +76,16 @@ def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401
                         share_prefix=settings.prefix_trees)
 
 
-def _addresses(services: list[Any]) -> dict[str, Any]:  # noqa: ANN401 - ServiceSpecs
-    """Stand-ins for the launcher's service addresses: dryrun checks values, not which port is free."""
-    out: dict[str, Any] = {"run_dir": "runs/dryrun"}
-    for n, spec in enumerate(services):
-        port = spec.port or 20000 + n
-        extra = {name: 21000 + 10 * n + i for i, name in enumerate(spec.extra_ports)}
-        out[spec.name] = SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **extra)
-    return out
-
-
-def _problems(exc: ValidationError | SettingsError) -> str:
-    if isinstance(exc, SettingsError):
-        return str(exc)
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-
-
 def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
     from rlstack.common.model_families import ModelFamilyError
     from rlstack.launcher.config import RunConfig
     from rlstack.launcher.policies import PolicyConfigError, expand
+    from rlstack.launcher.service_settings import (
+        SETTINGS,
+        ServiceSettingsError,
+        resolve,
+        stand_in_addresses,
+    )
 
     config = RunConfig.model_validate(data)
     findings = []
@@ -145,7 +99,7 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
             findings.append(Finding(check="policies", ok=False, detail=str(exc)))
     by_name = {s.name: s for s in config.services}
     for spec in config.services:
-        for text in [*spec.args, *spec.env.values()]:
+        for text in [*spec.args, *spec.env.values(), *(v for v in spec.settings.values() if isinstance(v, str))]:
             for _, field, _, _ in string.Formatter().parse(text):
                 if not field:
                     continue
@@ -158,15 +112,14 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
         findings.append(Finding(check="addresses", ok=False, detail=f"two services share a fixed port: {sorted(fixed)}"))
     resolved: dict[str, Any] = {}
     if not findings:
-        addresses = _addresses(config.services)
+        addresses = stand_in_addresses(config.services)
         for spec in config.services:
             if spec.module not in SETTINGS:
                 continue
             try:
-                resolved[spec.module] = resolve_settings(spec.module, [a.format(**addresses) for a in spec.args],
-                                                         {k: v.format(**addresses) for k, v in spec.env.items()})
-            except (ValidationError, SettingsError) as exc:
-                findings.append(Finding(check="settings", ok=False, detail=f"{spec.name}: {_problems(exc)}"))
+                resolved[spec.module] = resolve(spec, addresses)
+            except ServiceSettingsError as exc:
+                findings.append(Finding(check="settings", ok=False, detail=str(exc)))
         if not any(f.check == "settings" for f in findings):
             findings.append(Finding(check="settings", ok=True, detail=f"{len(resolved)} service(s) resolve through their settings models"))
     inference, trainer = resolved.get("rlstack.inference"), resolved.get("rlstack.trainer")
@@ -181,12 +134,11 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
 
 
 def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Plan, list[Finding]]:
+    """The values read as the chart will pass them (``chart_settings``), through each service's own settings."""
+    from rlstack.launcher.service_settings import problems, resolve_settings
+    from rlstack.ops.chart_settings import service_env
+
     inference, trainer = data.get("inference", {}), data.get("trainer", {})
-    env = {**trainer.get("env", {})}
-    if trainer.get("packTokens"):  # the chart sets it unless trainer.env already does
-        env.setdefault("RLSTACK_TRAINER_PACK_TOKENS", str(trainer["packTokens"]))
-    if "sharePrefix" in trainer:
-        env.setdefault("RLSTACK_TRAINER_SHARE_PREFIX", str(trainer["sharePrefix"] or 0))
     ports = {name: data.get(name, {}).get("port") for name in ("registry", "batcher", "proxy", "trainer")}
     ports["inference"] = inference.get("port")
     ports["vllm"] = inference.get("vllmPort")
@@ -194,17 +146,19 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
         ports[f"env-{e['name']}"] = e.get("port")
     ports = {k: int(v) for k, v in ports.items() if v is not None}
     findings = []
-    try:
-        trainer_settings = resolve_settings("rlstack.trainer", [], {k: str(v) for k, v in env.items()})
-    except ValidationError as exc:
-        findings.append(Finding(check="settings", ok=False, detail=f"trainer.env: {_problems(exc)}"))
-        trainer_settings = resolve_settings("rlstack.trainer", [], {})
+    resolved: dict[str, Any] = {}
+    for module in ("rlstack.trainer", "rlstack.inference"):
+        try:
+            resolved[module] = resolve_settings(module, [], service_env(data, module))
+        except ValidationError as exc:
+            findings.append(Finding(check="settings", ok=False, detail=f"{module.removeprefix('rlstack.')}: {problems(exc)}"))
+            resolved[module] = resolve_settings(module, [], {})
+    trainer_settings, inference_settings = resolved["rlstack.trainer"], resolved["rlstack.inference"]
     where = ChartModel(model=model_dir) if model_dir else chart_model(data)
     plan = Plan(source=str(path), model=where.model, model_revision=where.revision, model_hint=where.hint,
-                device=inference.get("device", "cuda"), tensor_parallel_size=int(inference.get("tensorParallelSize", 1)),
-                sync_mode=env.get("RLSTACK_TRAINER_SYNC_MODE", "filesystem"),
-                lora_rank=int(env["RLSTACK_TRAINER_LORA_RANK"]) if "RLSTACK_TRAINER_LORA_RANK" in env else None,
-                max_lora_rank=int(inference.get("env", {}).get("RLSTACK_INFERENCE_MAX_LORA_RANK", 16)),
+                device=inference_settings.device if "device" in inference else "cuda",  # the chart's default
+                tensor_parallel_size=inference_settings.tensor_parallel_size, sync_mode=trainer_settings.sync_mode,
+                lora_rank=trainer_settings.lora_rank, max_lora_rank=inference_settings.max_lora_rank,
                 gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports,
                 trainer=trainer_shape(trainer_settings,
                                       gpus=int(trainer.get("gpus", 1) or 1) * int(trainer.get("nodes", 1) or 1)))
@@ -228,7 +182,9 @@ def values_policies(entries: list[dict]) -> Finding:
         table = PolicyTable(tuple(PolicyRoute(name=e.get("name", ""), served_names=tuple(e.get("servedNames") or ()),
                                               responses_names=tuple(e.get("responsesNames") or ())) for e in entries))
     except ValidationError as exc:
-        return Finding(check="policies", ok=False, detail=_problems(exc))
+        from rlstack.launcher.service_settings import problems
+
+        return Finding(check="policies", ok=False, detail=problems(exc))
     return Finding(check="policies", ok=True, detail="; ".join(f"{name}: {', '.join(claims)}"
                                                                for name, claims in table.served("messages").items()))
 

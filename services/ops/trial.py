@@ -133,16 +133,13 @@ def model_dir(req: TrialRequest) -> Path:
 
 def stack_config(req: TrialRequest, trials_dir: Path, run_dir: Path) -> RunConfig:
     """Registry, one replica of the model and the proxy writing into ``trials_dir``: what the trial calls."""
-    inference = ["--model", str(model_dir(req)), "--vllm-port", "{inference.vllm}", "--registry-url", "{registry.url}",
-                 "--replica-id", "trial-0", "--heartbeat-seconds", "1", "--kv-cache-gib", "1"]
-    if req.max_model_len:
-        inference += ["--max-model-len", str(req.max_model_len)]
-    if req.model_family:
-        inference += ["--model-family", req.model_family]
+    inference = {"model": str(model_dir(req)), "vllm_port": "{inference.vllm}", "registry_url": "{registry.url}",
+                 "replica_id": "trial-0", "heartbeat_seconds": 1, "kv_cache_gib": 1,
+                 "max_model_len": req.max_model_len, "model_family": req.model_family}
     return RunConfig(name="trial", runs_dir=run_dir.parent, services=[
         ServiceSpec(name="registry", module="rlstack.registry", args=["--probe-interval-seconds", "1"]),
         ServiceSpec(name="inference", module="rlstack.inference", python=str(VLLM_PYTHON), extra_ports=["vllm"],
-                    args=inference, ready_timeout_s=600),
+                    settings={k: v for k, v in inference.items() if v is not None}, ready_timeout_s=600),
         ServiceSpec(name="proxy", module="rlstack.proxy", python=str(PROXY_PYTHON), ready_timeout_s=300,
                     args=["--registry-url", "{registry.url}", "--trials-dir", str(trials_dir.resolve()),
                           "--watch-timeout-seconds", "2"]),

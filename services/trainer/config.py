@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, HttpUrl, SecretStr, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    HttpUrl,
+    SecretStr,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.settings import PolicySettings
 from rlstack.trainer.loss_config import GRPOLossConfig
 from rlstack.trainer.verify_config import Tolerance
+
+log = logging.getLogger(__name__)
 
 SyncMode = Literal["filesystem", "broadcast", "lora", "ipc", "none"]
 
@@ -95,10 +106,11 @@ class TrainerSettings(PolicySettings):
     """Pack sequences into rows of at most this many tokens (position ids restart per sequence, no
     attention across sequences; a longer sequence gets its own row) instead of padding
     ``micro_batch_size`` rows: no compute is spent on padding."""
-    share_prefix: int = Field(default=64, ge=0)
+    share_prefix: int | None = Field(default=64, ge=1)
     """With ``pack_tokens`` and attention varlen: sequences of a micro-batch that begin with at least this
     many identical token ids (a group's prompt, a trial's earlier turns) are laid out as prefix trees,
-    the prefix computed once per row; rows with nothing to share are packed as before. 0: off."""
+    the prefix computed once per row; rows with nothing to share are packed as before. null: off
+    (0, the old spelling, still turns it off, with a warning)."""
     attention: Literal["varlen", "sdpa", "eager"] = "varlen"
     """Attention kernel of the policy. varlen: packed rows by their sequence bounds (torch's flash
     varlen kernel on GPUs, causal SDPA per sequence on CPUs), padded rows by causal SDPA; no
@@ -183,11 +195,20 @@ class TrainerSettings(PolicySettings):
                              "trainer takes the batches of the policy whose replicas it syncs (set both to the policy's name)")
         return self
 
+    @field_validator("share_prefix", mode="before")
+    @classmethod
+    def _zero_was_off(cls, value: object) -> object:
+        """Off was spelled 0 before every setting's off became null; 0 still means off, for a release."""
+        if value in (0, "0"):
+            log.warning("share_prefix 0: off is spelled null now (--share-prefix null, RLSTACK_TRAINER_SHARE_PREFIX=null)")
+            return None
+        return value
+
     @property
     def prefix_trees(self) -> int | None:
         """The one place prefix sharing is turned on or off: the shortest prefix laid out as a tree, or None
-        when off (``share_prefix`` 0, no ``pack_tokens``, or attention other than varlen)."""
-        return self.share_prefix if self.share_prefix and self.pack_tokens and self.attention == "varlen" else None
+        when off (``share_prefix`` null, no ``pack_tokens``, or attention other than varlen)."""
+        return self.share_prefix if self.share_prefix is not None and self.pack_tokens and self.attention == "varlen" else None
 
     @property
     def policy(self) -> str:

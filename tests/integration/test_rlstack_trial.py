@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlstack.launcher.service_settings import resolve, stand_in_addresses
 from rlstack.ops.trial import TrialRequest, stack_config
 from tests.conftest import REPO
 
@@ -49,7 +50,7 @@ def test_without_a_proxy_the_trial_gets_a_registry_a_replica_and_a_proxy_of_its_
     config = stack_config(TrialRequest(task_dir=TASK, model=Path("models/m")), tmp_path / "trials", tmp_path / "run")
     services = {s.name: s for s in config.services}
     assert list(services) == ["registry", "inference", "proxy"]  # each waits for the one before
-    inference, proxy = services["inference"].args, services["proxy"].args
-    assert inference[inference.index("--model") + 1] == "models/m"
+    proxy = services["proxy"].args
+    assert resolve(services["inference"], stand_in_addresses(config.services)).model == Path("models/m").as_posix()
     assert proxy[proxy.index("--trials-dir") + 1] == str((tmp_path / "trials").resolve())  # where the trial's calls land
     assert services["inference"].python.endswith(".venv-vllm/bin/python") and services["proxy"].python.endswith(".venv-proxy/bin/python")

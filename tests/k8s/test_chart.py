@@ -285,7 +285,7 @@ def test_the_trainer_shares_prefixes_by_default_and_not_when_asked():
 
     assert share(trainer_env()) == ["64"]
     assert share(trainer_env("--set", "trainer.sharePrefix=512")) == ["512"]
-    assert share(trainer_env("--set", "trainer.sharePrefix=null")) == ["0"]  # off (the trainer's own default is on)
+    assert share(trainer_env("--set", "trainer.sharePrefix=null")) == ["null"]  # off (the trainer's own default is on)
     assert share(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_SHARE_PREFIX=128")) == ["128"]
     refused = helm("template", "rl", str(CHART), "--set", "trainer.sharePrefix=0")
     assert refused.returncode != 0 and "sharePrefix" in refused.stderr

@@ -5,6 +5,7 @@ from pydantic import ValidationError
 
 from rlstack.launcher.config import RunConfig
 from rlstack.launcher.policies import expand
+from rlstack.launcher.service_settings import resolve, stand_in_addresses
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -63,14 +64,15 @@ def test_a_restarted_replica_finds_the_trainers_published_weights(path):
     the replica came back on the base model, the env servers' staleness bound read version 0 and
     stopped, and the trainer waited for a batch forever."""
     config = expand(RunConfig.load(path))
+    addresses = stand_in_addresses(config.services)
     for policy in [p.name for p in config.policies] or [None]:
-        replicas = [s.args for s in config.services if s.module == "rlstack.inference" and s.policy == policy]
-        trainers = [s.args for s in config.services if s.module == "rlstack.trainer" and s.policy == policy]
+        replicas = [resolve(s, addresses) for s in config.services if s.module == "rlstack.inference" and s.policy == policy]
+        trainers = [resolve(s, addresses) for s in config.services if s.module == "rlstack.trainer" and s.policy == policy]
         if not replicas or not trainers:
             continue
         trainer = trainers[0]
-        if trainer[trainer.index("--sync-mode") + 1] not in ("filesystem", "lora"):
+        if trainer.sync_mode not in ("filesystem", "lora"):
             continue
-        published = trainer[trainer.index("--weights-dir") + 1] if "--weights-dir" in trainer else "{run_dir}/weights"
+        published = trainer.weights_dir or trainer.run_dir / "weights"
         for replica in replicas:
-            assert "--weights-dir" in replica and replica[replica.index("--weights-dir") + 1] == published
+            assert replica.weights_dir is not None and Path(replica.weights_dir) == Path(published)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from rlstack.common.model_families import ModelFamilyError
 from rlstack.launcher.config import RunConfig
 from rlstack.launcher.policies import PolicyConfigError, expand
+from rlstack.launcher.service_settings import command_args
 from rlstack.launcher.supervisor import Supervisor
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -32,7 +33,7 @@ def test_a_config_without_policies_starts_exactly_as_written(path):
 def test_each_policy_gets_its_model_name_and_directories_and_the_shared_services_the_table():
     config = expand(RunConfig.load(TEAM))
     addresses = {**Supervisor(config, Path("/nonexistent"))._addresses(), "run_dir": "/nonexistent"}  # as each starts
-    args = {s.name: [a.format(**addresses) for a in s.args] for s in config.services}
+    args = {s.name: command_args(s, addresses) for s in config.services}
 
     def value(service: str, flag: str) -> str:
         return args[service][args[service].index(flag) + 1]

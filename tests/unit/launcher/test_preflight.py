@@ -6,7 +6,8 @@ import pytest
 
 from rlstack.common.model_families import ModelFamilyError
 from rlstack.launcher.config import RunConfig, ServiceSpec
-from rlstack.launcher.preflight import check_replicas, flag, with_model, with_model_family
+from rlstack.launcher.preflight import check_replicas, with_model, with_model_family
+from rlstack.launcher.service_settings import resolve, stand_in_addresses
 from tests.conftest import REPO, VLLM_PYTHON
 
 
@@ -16,12 +17,17 @@ def config(model: str, *extra: str) -> RunConfig:
         ServiceSpec(name="inference", module="rlstack.inference", python=str(VLLM_PYTHON), args=["--model", model, *extra])])
 
 
+def settings_of(config: RunConfig) -> dict:
+    """Each service's settings as its process will read them."""
+    addresses = stand_in_addresses(config.services)
+    return {s.name: resolve(s, addresses) for s in config.services}
+
+
 def test_the_family_named_on_rlstack_up_replaces_the_configs(tiny_model):
     named = with_model_family(config(str(tiny_model), "--model-family=qwen3"), "demo")
-    args = named.services[1].args
-    assert flag(args, "--model-family") == "demo" and sum(a.startswith("--model-family") for a in args) == 1
+    assert settings_of(named)["inference"].model_family == "demo"
     assert check_replicas(named)["inference"].name == "demo"
-    assert named.services[0].args == []
+    assert named.services[0] == config(str(tiny_model)).services[0]
 
 
 def test_a_replica_whose_family_cannot_be_told_stops_the_run_before_it_starts(tmp_path):
@@ -31,6 +37,8 @@ def test_a_replica_whose_family_cannot_be_told_stops_the_run_before_it_starts(tm
 
 def test_up_with_a_model_points_the_replicas_and_the_trainer_at_it():
     config = RunConfig.load(REPO / "examples" / "local-agent-claude-code.yaml")
-    moved = {s.name: s.args for s in with_model(config, "models/claude-code-demo-qwen3").services}
-    assert flag(moved["inference"], "--model") == flag(moved["trainer"], "--model") == "models/claude-code-demo-qwen3"
-    assert moved["inference"].count("--model") == 1 and moved["env"] == {s.name: s.args for s in config.services}["env"]
+    moved = with_model(config, "models/claude-code-demo-qwen3")
+    settings = settings_of(moved)
+    assert settings["inference"].model == settings["trainer"].model == "models/claude-code-demo-qwen3"
+    assert settings_of(config)["inference"].model != "models/claude-code-demo-qwen3"
+    assert {s.name: s for s in moved.services}["env"] == {s.name: s for s in config.services}["env"]

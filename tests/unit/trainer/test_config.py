@@ -49,6 +49,18 @@ def test_reading_the_settings_imports_no_http_client_nor_torch():
 def test_prefix_sharing_is_on_only_with_a_length_packing_and_varlen_attention():
     on = TrainerSettings(sync_mode="none", pack_tokens=4096, share_prefix=64)
     assert on.prefix_trees == 64
-    assert on.model_copy(update={"share_prefix": 0}).prefix_trees is None
+    assert on.model_copy(update={"share_prefix": None}).prefix_trees is None
     assert on.model_copy(update={"pack_tokens": None}).prefix_trees is None
     assert on.model_copy(update={"attention": "sdpa"}).prefix_trees is None
+
+
+def test_off_is_null_as_a_flag_and_as_an_env_var_and_the_old_zero_still_turns_it_off(monkeypatch, caplog):
+    assert TrainerSettings.from_cli(["--sync-mode", "none", "--share-prefix", "null"]).share_prefix is None
+    monkeypatch.setenv("RLSTACK_TRAINER_SHARE_PREFIX", "null")
+    assert TrainerSettings.from_cli(["--sync-mode", "none"]).share_prefix is None
+    monkeypatch.setenv("RLSTACK_TRAINER_SHARE_PREFIX", "0")
+    with caplog.at_level("WARNING"):
+        assert TrainerSettings.from_cli(["--sync-mode", "none"]).share_prefix is None
+    assert "off is spelled null" in caplog.text
+    monkeypatch.setenv("RLSTACK_TRAINER_SHARE_PREFIX", "32")
+    assert TrainerSettings.from_cli(["--sync-mode", "none"]).share_prefix == 32

@@ -1,0 +1,118 @@
+"""A service of a run config read as its own settings model, the one its process will start with.
+
+A service in a run config carries ``args`` (flags as a user writes them) and ``settings`` (values by
+field name, typed; what the launcher decides itself goes there: a policy's model and served name,
+``rlstack up --model``). Both become the process's command line in one place, ``command_args``, when
+it starts; before that, ``resolve`` reads a service's settings through the service's own pydantic
+model, exactly as the process will (its flags, its env, this process's env). Nothing reads a flag
+back out of an argument list by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
+if TYPE_CHECKING:
+    from rlstack.common.settings import ServiceSettings
+    from rlstack.launcher.config import ServiceSpec
+
+SETTINGS = {
+    "rlstack.registry": "rlstack.registry.config:RegistrySettings", "rlstack.batcher": "rlstack.batcher.config:BatcherSettings",
+    "rlstack.inference": "rlstack.inference.config:InferenceSettings", "rlstack.proxy": "rlstack.proxy.config:ProxySettings",
+    "rlstack.trainer": "rlstack.trainer.config:TrainerSettings", "rlstack.envs": "rlstack.envs.config:EnvSettings",
+}
+"""Each service's settings model, by the module the launcher starts (settings modules import no
+HTTP client, torch or vLLM: reading them is cheap)."""
+
+
+def settings_class(module: str) -> type[ServiceSettings]:
+    target, _, name = SETTINGS[module].partition(":")
+    return getattr(importlib.import_module(target), name)
+
+
+def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = None) -> list[str]:
+    """``--field-name value`` for each setting: text formatted with the run's addresses (``{run_dir}``),
+    ``True``/``False`` as ``--x``/``--no-x``, ``None`` as ``null`` (every setting's "off"), lists and
+    maps as JSON (never formatted: their braces are data)."""
+    out: list[str] = []
+    for field, value in settings.items():
+        flag = "--" + field.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + field.replace("_", "-"))
+        elif value is None:
+            out += [flag, "null"]
+        elif isinstance(value, (list, tuple, dict)):
+            out += [flag, json.dumps(value)]
+        elif isinstance(value, str) and addresses is not None:
+            out += [flag, value.format(**addresses)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def command_args(spec: ServiceSpec, addresses: Mapping[str, Any]) -> list[str]:
+    """The flags ``python -m <module>`` starts with: the config's ``args``, then its ``settings`` (a flag
+    given twice takes its last value, so a setting wins over the same flag in ``args``)."""
+    return [a.format(**addresses) for a in spec.args] + as_flags(spec.settings, addresses)
+
+
+def stand_in_addresses(services: Sequence[ServiceSpec], run_dir: str = "runs/dryrun") -> dict[str, Any]:
+    """Addresses for each service before ports are picked: settings are checked for their values, not
+    for which port is free."""
+    out: dict[str, Any] = {"run_dir": run_dir}
+    for n, spec in enumerate(services):
+        port = spec.port or 20000 + n
+        extra = {name: 21000 + 10 * n + i for i, name in enumerate(spec.extra_ports)}
+        out[spec.name] = SimpleNamespace(port=port, url=f"http://127.0.0.1:{port}", **extra)
+    return out
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def resolve_settings(module: str, args: list[str], env: Mapping[str, str]) -> Any:  # noqa: ANN401 - a ServiceSettings
+    """The settings ``python -m <module> <args>`` would start with under ``env`` (raises ValidationError,
+    or pydantic-settings' SettingsError for an unknown flag)."""
+    with environment(env):
+        return settings_class(module).from_cli(args, exit_on_error=False)
+
+
+class ServiceSettingsError(ValueError):
+    """A service whose flags or settings its own model refuses; one line naming the service and the fields."""
+
+
+def problems(exc: ValidationError | SettingsError) -> str:
+    """A settings model's refusal in one line, each field by name."""
+    if isinstance(exc, SettingsError):
+        return str(exc)
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+
+
+def resolve(spec: ServiceSpec, addresses: Mapping[str, Any]) -> Any:  # noqa: ANN401 - a ServiceSettings
+    """A service's settings as its process will read them: its command line and its env over this
+    process's env (which the process inherits). Raises ``ServiceSettingsError``."""
+    env = {k: v.format(**addresses) for k, v in spec.env.items()}
+    try:
+        return resolve_settings(spec.module, command_args(spec, addresses), env)
+    except (ValidationError, SettingsError) as exc:
+        raise ServiceSettingsError(f"{spec.name}: {problems(exc)}") from None

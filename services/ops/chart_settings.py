@@ -1,0 +1,96 @@
+"""Which chart value becomes which setting of which service: one table, read by ``rlstack dryrun``
+for a values file and checked against the chart's own rendering by its tests
+(tests/k8s/test_chart_settings.py), so the two cannot drift apart.
+
+The chart passes each of these values to its container as the setting's env var
+(``RLSTACK_<SERVICE>_<FIELD>``); a component's ``env:`` block wins over the value, as in the chart.
+A value left null is the setting's "off" (``null`` in the env var, None in the settings model);
+the settings that have an off say so in the row.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rlstack.launcher.service_settings import settings_class
+
+MISSING = object()
+
+
+class ChartSetting(BaseModel):
+    """One chart value, one service's setting."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: str
+    """The dotted path in the values file (``trainer.packTokens``)."""
+    module: str
+    """The service whose container gets it (``rlstack.trainer``)."""
+    field: str
+    """Its name in that service's settings model (``pack_tokens``)."""
+    example: Any
+    """A value other than the setting's default, for the chart's test."""
+    off: bool = False
+    """Null in the values turns the setting off (None); else a null value leaves the service's default."""
+
+    def env_var(self) -> str:
+        return settings_class(self.module).model_config.get("env_prefix", "") + self.field.upper()
+
+
+def _rows(module: str, *rows: tuple[str, str, Any] | tuple[str, str, Any, bool]) -> tuple[ChartSetting, ...]:
+    return tuple(ChartSetting(value=r[0], field=r[1], example=r[2], off=len(r) > 3 and r[3], module=module) for r in rows)
+
+
+CHART_SETTINGS: tuple[ChartSetting, ...] = (
+    *_rows("rlstack.registry", ("registry.port", "port", 8111), ("registry.watchPods", "kube_watch_pods", True)),
+    *_rows("rlstack.batcher", ("batcher.port", "port", 8011)),
+    *_rows("rlstack.proxy", ("proxy.port", "port", 4011), ("proxy.workers", "workers", 3)),
+    *_rows("rlstack.inference", ("inference.port", "port", 8211), ("inference.vllmPort", "vllm_port", 8311),
+           ("inference.device", "device", "cuda"), ("inference.tensorParallelSize", "tensor_parallel_size", 2),
+           ("model.servedName", "served_model_name", "my-policy"), ("model.family", "model_family", "qwen3")),
+    *_rows("rlstack.trainer", ("trainer.port", "port", 8411), ("model.servedName", "served_model_name", "my-policy"),
+           ("trainer.packTokens", "pack_tokens", 2048), ("trainer.sharePrefix", "share_prefix", 32, True),
+           ("trainer.learningRate", "lr", 3e-05), ("trainer.batchSize", "batch_size", 16)),
+)
+"""Every chart value that is one service's setting as it stands (values the chart derives a setting
+from, such as URLs, directories and the model's path, are the chart's own and not here)."""
+
+
+def lookup(values: dict[str, Any], path: str) -> Any:  # noqa: ANN401 - a values entry
+    """The entry at a dotted path; ``MISSING`` when any part is absent."""
+    node: Any = values
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def env_text(value: Any) -> str:  # noqa: ANN401 - a values entry
+    """A value as its env var carries it: null for None, JSON for lists and maps, true/false."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def service_env(values: dict[str, Any], module: str) -> dict[str, str]:
+    """The env vars the chart gives ``module``'s container for ``values``: the table's, then the
+    component's ``env:`` block over them."""
+    env = {}
+    for row in CHART_SETTINGS:
+        if row.module != module:
+            continue
+        value = lookup(values, row.value)
+        if value is MISSING or (value is None and not row.off):
+            continue
+        env[row.env_var()] = env_text(value)
+    component = module.removeprefix("rlstack.")
+    env.update({k: str(v) for k, v in ((values.get(component) or {}).get("env") or {}).items()})
+    return env
