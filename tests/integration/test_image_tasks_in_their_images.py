@@ -22,6 +22,7 @@ from rlstack.episodes.images.resolve import TaskImages
 from rlstack.episodes.sandboxes import LocalSandboxConfig, build_sandbox
 from rlstack.episodes.sandboxes.image import ImageSandbox
 from rlstack.episodes.trials import AgentSpec, TrialSpec, TrialStatus, run_trial
+from rlstack.episodes.trials.layout import TrialPaths
 from tests.helpers.harbor_tasks import processes_with, sleep_marker, write_task
 from tests.helpers.prebuild import SESSION
 from tests.helpers.task_images import CACHE, DATASETS, PYTHON_IMAGE, image_settings
@@ -65,6 +66,17 @@ def test_image_only_tasks_score_in_their_images_and_not_on_the_host(images, tmp_
     secret = HarborTask.load(IMAGE_TASKS / "secret-outside-app")
     on_host = trial(host, secret, AgentSpec.oracle(), tmp_path / "trials", "secret-on-host")
     assert on_host.reward != 1.0 and on_host.image is None
+
+
+def test_the_result_names_the_command_that_ran_in_the_image(images, tmp_path):
+    """An agent with a bundle command runs that in the image; result.json says so, not the host's command."""
+    box = image_sandbox(tmp_path)
+    task = HarborTask.load(IMAGE_TASKS / "secret-outside-app")
+    agent = AgentSpec(name="sh", command=["/nonexistent/host-agent"], image_command=["/bin/sh", "-c", "true"])
+    result = trial(box, task, agent, tmp_path / "trials", "which-command")
+    assert result.status == TrialStatus.OK, result.error
+    written = json.loads(TrialPaths.of(tmp_path / "trials", "img", "which-command").result.read_text())
+    assert result.agent.command == written["agent"]["command"] == ["/bin/sh", "-c", "true"]
 
 
 def test_what_the_agent_changes_anywhere_is_what_the_verifier_sees_and_only_it(images, tmp_path):

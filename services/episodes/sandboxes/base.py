@@ -87,6 +87,9 @@ class SandboxOutcome(BaseModel):
     """The image both phases ran in (reference with its digest); None: the host's tools."""
     start: Literal["warm", "cold"] | None = None
     """A pod's: claimed from the warm pool, or created for the trial; None: a local sandbox."""
+    agent_argv: Literal["command", "image_command"] = "command"
+    """Which of the job's agent commands ran: ``image_command`` (the agent bundle's) in an image or a
+    pod when the job has one, ``command`` on the host's tools."""
 
 
 class Sandbox(Protocol):

@@ -159,7 +159,8 @@ class ImageSandbox:
         try:
             agent = await self._agent(job, image, layers)
             verifier = await self._verifier(job, image, layers)
-            return SandboxOutcome(agent=agent, verifier=verifier, image=image.ref)
+            return SandboxOutcome(agent=agent, verifier=verifier, image=image.ref,
+                                  agent_argv="image_command" if job.agent_image_command else "command")
         finally:
             if not self.config.keep_workspaces:
                 await asyncio.to_thread(layers.remove)

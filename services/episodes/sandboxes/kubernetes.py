@@ -265,7 +265,8 @@ class KubernetesSandbox:
             where = f", container {pod.container} exited {pod.exit_code}" if pod.container else ""
             raise SandboxError(f"kubernetes sandbox: pod {name} ended {pod.phase} ({pod.reason or 'no reason'}{where}) "
                                f"before {'the agent' if agent is None else 'the verifier'} finished")
-        return SandboxOutcome(agent=agent, verifier=verifier, image=image.recorded_ref if image else None)
+        return SandboxOutcome(agent=agent, verifier=verifier, image=image.recorded_ref if image else None,
+                              agent_argv="image_command" if job.agent_image_command else "command")
 
     async def _delete(self, name: str) -> None:
         self._running.discard(name)

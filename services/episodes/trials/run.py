@@ -82,6 +82,8 @@ async def run_trial(spec: TrialSpec, sandbox: Sandbox, trials_dir: Path) -> Tria
         log.exception("trial %s/%s: sandbox raised", spec.run, spec.trial)
         return _finish(paths, result, error=f"{type(exc).__name__}: {exc}")
     result.image, result.sandbox_start = outcome.image, outcome.start
+    if outcome.agent_argv == "image_command" and spec.agent.image_command:  # the bundle's, not the host's
+        result.agent.command = list(spec.agent.image_command)
     result.start_seconds = round((outcome.agent.started_at - result.started_at).total_seconds(), 4)
     result.agent.run = _record(outcome.agent, agent_timeout)
     result.verifier.run = _record(outcome.verifier, verifier_timeout)
