@@ -68,17 +68,6 @@ def test_image_only_tasks_score_in_their_images_and_not_on_the_host(images, tmp_
     assert on_host.reward != 1.0 and on_host.image is None
 
 
-def test_the_result_names_the_command_that_ran_in_the_image(images, tmp_path):
-    """An agent with a bundle command runs that in the image; result.json says so, not the host's command."""
-    box = image_sandbox(tmp_path)
-    task = HarborTask.load(IMAGE_TASKS / "secret-outside-app")
-    agent = AgentSpec(name="sh", command=["/nonexistent/host-agent"], image_command=["/bin/sh", "-c", "true"])
-    result = trial(box, task, agent, tmp_path / "trials", "which-command")
-    assert result.status == TrialStatus.OK, result.error
-    written = json.loads(TrialPaths.of(tmp_path / "trials", "img", "which-command").result.read_text())
-    assert result.agent.command == written["agent"]["command"] == ["/bin/sh", "-c", "true"]
-
-
 def test_what_the_agent_changes_anywhere_is_what_the_verifier_sees_and_only_it(images, tmp_path):
     verifier = ("#!/bin/bash\n[ \"$(cat /etc/agent-was-here)\" = yes ] && [ -x /usr/local/bin/tool ] && "
                 "[ \"$(/usr/local/bin/tool)\" = made ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
@@ -185,13 +174,17 @@ def test_a_lock_file_naming_an_image_this_host_lacks_is_refused_with_the_fix(ima
 
 def test_an_image_with_its_own_user_runs_both_phases_as_it(images, tmp_path):
     """The image's USER (a name, looked up in its own /etc/passwd) is who the agent and the verifier
-    are: its home is writable, the image's root-owned /etc is not, and the logs still reach the env."""
+    are: its home is writable, the image's root-owned /etc is not, and the logs still reach the env.
+    The agent's bundle command (``image_command``) is what runs in an image, and result.json names it."""
     verifier = ("#!/bin/bash\n[ \"$(id -u)\" = 1234 ] && [ \"$HOME\" = /home/agent ] && [ -f /home/agent/made ] "
                 "&& [ ! -e /etc/agent-was-here ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
     task = HarborTask.load(write_task(tmp_path / "tasks" / "own-user", test_sh=verifier,
                                       dockerfile=PYTHON_IMAGE + "RUN useradd -u 1234 -m agent\nUSER agent\n"))
     box = image_sandbox(tmp_path)
-    agent = sh("touch $HOME/made; echo yes > /etc/agent-was-here; id -u")
+    in_image = ["/bin/sh", "-c", "touch $HOME/made; echo yes > /etc/agent-was-here; id -u"]
+    agent = AgentSpec(name="sh", command=["/nonexistent/host-agent"], image_command=in_image)
     result = trial(box, task, agent, tmp_path / "trials", "own-user")
     assert (result.status, result.reward) == (TrialStatus.OK, 1.0), result.error
+    written = json.loads(TrialPaths.of(tmp_path / "trials", "img", "own-user").result.read_text())
+    assert result.agent.command == written["agent"]["command"] == in_image
     assert (tmp_path / "trials" / "img" / "own-user" / "agent" / "stdout.txt").read_text().strip().endswith("1234")
