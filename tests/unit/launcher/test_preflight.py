@@ -42,3 +42,13 @@ def test_up_with_a_model_points_the_replicas_and_the_trainer_at_it():
     assert settings["inference"].model == settings["trainer"].model == "models/claude-code-demo-qwen3"
     assert settings_of(config)["inference"].model != "models/claude-code-demo-qwen3"
     assert {s.name: s for s in moved.services}["env"] == {s.name: s for s in config.services}["env"]
+
+
+def test_the_preflight_reads_the_family_from_where_the_replica_will(tiny_model, monkeypatch):
+    """A family in the replica's ``env:`` or in the shell is what the replica reads, so it is what is checked."""
+    in_env = config(str(tiny_model))
+    in_env.services[1].env["RLSTACK_INFERENCE_MODEL_FAMILY"] = "qwen3"
+    assert check_replicas(in_env)["inference"].name == "qwen3"
+    monkeypatch.setenv("RLSTACK_INFERENCE_MODEL_FAMILY", "llama3.1")
+    assert check_replicas(config(str(tiny_model)))["inference"].name == "llama3.1"
+    assert check_replicas(with_model_family(config(str(tiny_model)), "demo"))["inference"].name == "demo"  # a flag wins
