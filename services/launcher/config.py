@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.policies import PolicyRoute, PolicyTable
+from rlstack.launcher.settings_models import SETTINGS, settings_class
 
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
@@ -67,8 +68,6 @@ class ServiceSpec(BaseModel):
     def _settings_are_the_services_own(self) -> ServiceSpec:
         if not self.settings:
             return self
-        from rlstack.launcher.service_settings import SETTINGS, settings_class
-
         if self.module not in SETTINGS:
             raise ValueError(f"settings: {self.module} has no settings model here; give it args")
         known = settings_class(self.module).model_fields

@@ -11,7 +11,6 @@ back out of an argument list by hand.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,23 +20,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from rlstack.launcher.settings_models import SETTINGS, settings_class
+
 if TYPE_CHECKING:
-    from rlstack.common.settings import ServiceSettings
     from rlstack.launcher.config import ServiceSpec
 
-SETTINGS = {
-    "rlstack.registry": "rlstack.registry.config:RegistrySettings", "rlstack.batcher": "rlstack.batcher.config:BatcherSettings",
-    "rlstack.inference": "rlstack.inference.config:InferenceSettings", "rlstack.proxy": "rlstack.proxy.config:ProxySettings",
-    "rlstack.trainer": "rlstack.trainer.config:TrainerSettings", "rlstack.envs": "rlstack.envs.config:EnvSettings",
-}
-"""Each service's settings model, by the module the launcher starts (settings modules import no
-HTTP client, torch or vLLM: reading them is cheap)."""
-
-
-def settings_class(module: str) -> type[ServiceSettings]:
-    target, _, name = SETTINGS[module].partition(":")
-    return getattr(importlib.import_module(target), name)
-
+__all__ = ["SETTINGS", "ServiceSettingsError", "as_flags", "command_args", "resolve", "resolve_settings", "settings_class",
+           "stand_in_addresses"]
 
 def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = None) -> list[str]:
     """``--field-name value`` for each setting: text formatted with the run's addresses (``{run_dir}``),
