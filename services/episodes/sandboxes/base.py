@@ -30,6 +30,8 @@ AGENT_STDOUT = "stdout.txt"
 AGENT_STDERR = "stderr.txt"
 AGENT_EXIT_CODE = "exit_code.txt"
 VERIFIER_OUTPUT = "test-stdout.txt"
+STAGE = ".sandbox"
+"""Inside a pod's trial directory: the task's files for the pod (workspace seed, tests, solution)."""
 
 
 class SandboxError(RuntimeError):

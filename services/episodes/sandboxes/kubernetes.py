@@ -51,6 +51,7 @@ from rlstack.episodes.sandboxes.base import (
     LOGS_AGENT,
     LOGS_VERIFIER,
     SOLUTION,
+    STAGE,
     TEST_SCRIPT,
     TESTS,
     VERIFIER_OUTPUT,
@@ -73,8 +74,6 @@ from rlstack.episodes.sandboxes.pool import (
 )
 
 log = logging.getLogger(__name__)
-STAGE = ".sandbox"
-"""Inside the trial directory: the task's files for the pod (workspace seed, tests, solution)."""
 POD_STAGE = "/run/rlstack-trial"
 """Where an image-mode pod mounts the stage (``rlstack.episodes.inside.trial.STAGE``)."""
 BUNDLE_COPY = "/bundle"

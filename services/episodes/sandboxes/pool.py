@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as MetricCounter
 
+from rlstack.episodes.sandboxes.base import STAGE
 from rlstack.episodes.sandboxes.config import WarmPoolConfig
 
 if TYPE_CHECKING:
@@ -350,7 +351,6 @@ class WarmPool:
 def _make_pod_dir(directory: Path) -> None:
     """The pod's logs and stage, open to its user (an image's own, or root) before it mounts them."""
     from rlstack.episodes.inside.trial import CLAIM
-    from rlstack.episodes.sandboxes.kubernetes import STAGE
 
     for sub in ("agent", "verifier", STAGE):
         (directory / sub).mkdir(parents=True, exist_ok=True)
