@@ -167,6 +167,24 @@ def cmd_policy_rows(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_team_roles(args: argparse.Namespace) -> int:
+    """Each team member's own part, in training and at each held-out round (``rlstack.ops.team_roles``)."""
+    from rlstack.ops.team_roles import plot, team_roles
+
+    trials = args.run_dir / "trials"
+    if not trials.is_dir():
+        raise no_such_file(args.run_dir, "agent run directory", "name a run directory of `rlstack up` with trials/")
+    report = team_roles(trials, args.lead, args.worker, args.parts)
+    if not report.training and not report.heldout:
+        log.error("%s holds no finished trial", trials)
+        return 1
+    print(report.model_dump_json(indent=2))
+    if args.plot is not None:
+        plot(report, args.plot, args.title)
+        log.info("wrote %s", args.plot)
+    return 0
+
+
 def cmd_plot_runs(args: argparse.Namespace) -> int:
     """Several runs of one config (seeds) on one figure: reward per step and held-out score per evaluation."""
     from rlstack.trainer.report import EvalRecord, StepRecord, plot_runs, read_lines
@@ -219,6 +237,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     rows.add_argument("--first-policy", default=None,
                       help="the policy a group naming none belongs to (the batcher's first); unset: a run of one policy")
     rows.set_defaults(func=cmd_policy_rows)
+    roles = sub.add_parser("team-roles", help="a lead-and-worker team's run: the team's pass rate and each member's own part "
+                                              "(the lead hands the task over word for word, the worker solves what it is "
+                                              "handed), over the training trials and at each held-out round; reads only")
+    roles.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
+    roles.add_argument("--lead", default="lead", help="the lead's policy")
+    roles.add_argument("--worker", default="helper", help="the worker's policy")
+    roles.add_argument("--parts", type=int, default=4, help="equal parts the training trials are cut into, in the order they began")
+    roles.add_argument("--plot", type=Path, default=None, help="also draw both panels into this PNG")
+    roles.add_argument("--title", default="lead and worker, each member's part", help="the figure's title")
+    roles.set_defaults(func=cmd_team_roles)
     plot = sub.add_parser("plot-runs", help="several runs (seeds), or a run's policies, on one PNG: reward per step and "
                                              "held-out score")
     plot.add_argument("run_dirs", type=Path, nargs="+", help="run directories of `rlstack up` (runs/<name>-<time>), or a "
