@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rlstack.cli.flags import add_model_family
 
 if TYPE_CHECKING:
-    from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec
+    from rlstack.modelkit.agent_demo.cli import CliAgentDemoSpec
 
 log = logging.getLogger("rlstack")
 WARM_START_STEPS = 300  # WarmStartSpec's default, kept here so --help needs no torch import
@@ -92,7 +92,7 @@ def write_training_tasks(args: argparse.Namespace) -> None:
 
 def cmd_make_agent_demo(args: argparse.Namespace) -> int:
     """The tiny model plus a warm start on tool-call transcripts, and the generated tasks it trains on."""
-    from rlstack.modelkit.agent_warm_start import AgentWarmStartSpec, agent_warm_start
+    from rlstack.modelkit.agent_demo.builtin import AgentWarmStartSpec, agent_warm_start
     from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
 
     def build() -> None:
@@ -106,7 +106,7 @@ def cmd_make_agent_demo(args: argparse.Namespace) -> int:
 def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
     """The tiny model warm-started on a CLI agent's own requests (captured through the proxy with the
     scripted teacher), and the generated tasks it trains on: what `make run-agent AGENT=<agent>` trains."""
-    from rlstack.modelkit import cli_agent_demo as demo
+    from rlstack.modelkit.agent_demo import cli as demo
 
     family = args.model_family or "demo"
     args.out = args.out or Path(f"models/{args.agent}-demo" + ("" if family == "demo" else f"-{family}"))
@@ -125,7 +125,7 @@ def cmd_make_cli_agent_demo(args: argparse.Namespace) -> int:
 def make_team_demo(args: argparse.Namespace, spec: CliAgentDemoSpec) -> int:
     """``--policies LEAD,HELPER``: claude-code's lead and its sub-agent as two policies, each warm-started on
     its own side of one capture (``models/claude-code-<policy>``; docs/policies.md)."""
-    from rlstack.modelkit import cli_agent_demo as demo
+    from rlstack.modelkit.agent_demo import cli as demo
 
     names = args.policies.split(",")
     if args.agent != "claude-code" or len(names) != 2 or args.model_family:

@@ -2,7 +2,7 @@
 a two-layer model of its architecture (``ModelFamily.tiny_architecture``).
 
 What it is for: token fidelity, not learning. vLLM serves it with the family's parsers, the scripted
-teacher's turns are forced in its sampler (``teacher_forcing.py``), and every id the proxy records
+teacher's turns are forced in its sampler (``teacher.forcing``), and every id the proxy records
 is one vLLM sampled under its weights: the matrix's family cells. Sizes keep head_dim 64 (vLLM's
 CPU attention kernels) and the vocabulary whole (the ids are the point).
 """

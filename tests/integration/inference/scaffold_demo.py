@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from rlstack.modelkit.cli_agent_demo import CliAgentDemoSpec, build_cli_agent_demo
+from rlstack.modelkit.agent_demo.cli import CliAgentDemoSpec, build_cli_agent_demo
 
 AGENTS = ("builtin", "claude-code", "codex", "opencode")
 SPEC = CliAgentDemoSpec(capture_tasks=4, capture_concurrency=2, max_position_embeddings=32768, steps=300, tokenizer_prose_bytes=300_000,

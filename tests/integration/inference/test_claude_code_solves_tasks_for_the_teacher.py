@@ -12,14 +12,14 @@ from transformers import AutoTokenizer
 
 from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT, SUB_AGENT, SUB_AGENTS
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.agent_capture import CaptureSpec, capture
-from rlstack.modelkit.agent_corpus import (
+from rlstack.modelkit.agent_demo.capture import CaptureSpec, capture
+from rlstack.modelkit.agent_demo.corpus import (
     TEMPLATE,
     conversations,
     load_exchanges,
     render_prompt,
 )
-from rlstack.modelkit.teacher import message_text
+from rlstack.modelkit.teacher.scripted import message_text
 
 DEFAULT_FIRST_PROMPT_TOKENS = 26_885
 """claude-code 2.1.330's first request with no flags, in the demo tokenizer (measured with this capture)."""

@@ -3,7 +3,7 @@
 Each family's cells run on a tiny random-weight model of the family built on its real tokenizer
 and template (``rlstack make-tiny-model --model-family``), served by a real vLLM replica that
 takes the family's tool and reasoning parsers from the model directory, with the scripted
-teacher's turns forced in vLLM's sampler (``modelkit.teacher_forcing``): the tokens are vLLM's,
+teacher's turns forced in vLLM's sampler (``modelkit.teacher.forcing``): the tokens are vLLM's,
 sampled under the served weights, in the family's own format. Each cell runs the scaffold
 matrix's checks (``run_cell``: trial ``ok``, two tool calls run, every continued call spliced, 0
 thread breaks, reward = verifier's, each sequence the thread's exact ids) and adds:
@@ -33,7 +33,7 @@ from transformers import AutoTokenizer
 
 from rlstack.common.model_families import FAMILIES, ModelFamily, is_mixture_of_experts
 from rlstack.modelkit.family_model import build_family_tiny_model
-from rlstack.modelkit.teacher_forcing import REASONING, TASKS_ENV, write_tasks
+from rlstack.modelkit.teacher.forcing import REASONING, TASKS_ENV, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.integration.inference.conftest import start_replica
 from tests.integration.inference.test_family_single_turn import BOS, SINGLE_TURN_CELL

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rlstack.episodes.agents import CLAUDE_CODE_SYSTEM_PROMPT
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.agent_capture import CaptureSpec, capture
-from rlstack.modelkit.agent_corpus import conversations, load_exchanges
-from rlstack.modelkit.teacher import message_text
+from rlstack.modelkit.agent_demo.capture import CaptureSpec, capture
+from rlstack.modelkit.agent_demo.corpus import conversations, load_exchanges
+from rlstack.modelkit.teacher.scripted import message_text
 
 DEFAULT_FIRST_REQUEST_BYTES = 30_692
 """opencode 1.18.33's first request with no config (10 tools, its 9.7 kB system prompt), measured."""

@@ -46,8 +46,8 @@ from rlstack.episodes.sandboxes import build_sandbox
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
-from rlstack.modelkit.agent_corpus import load_exchanges, render_prompt
-from rlstack.modelkit.teacher_forcing import TASKS_ENV, TURN_END, write_tasks
+from rlstack.modelkit.agent_demo.corpus import load_exchanges, render_prompt
+from rlstack.modelkit.teacher.forcing import TASKS_ENV, TURN_END, write_tasks
 from tests.conftest import PROXY_PYTHON, REPO, start_service
 from tests.helpers.prebuild import SESSION
 from tests.helpers.task_images import image_settings
@@ -59,7 +59,7 @@ pytestmark = pytest.mark.prebuilt("scaffold-demo")
 SERVED = "cc-demo"
 """Its own served name: the session's shared proxy never routes to this replica."""
 FORCED_SERVED = "teacher-forced"
-FORCING = "rlstack.modelkit.teacher_forcing:TeacherForcing"
+FORCING = "rlstack.modelkit.teacher.forcing:TeacherForcing"
 MATRIX_TASKS = generate(4, 1000)[:3]
 ROUNDS = 2
 """Times a cell goes over the tasks for a trial that runs two tool calls. The demo policy samples at
@@ -134,7 +134,7 @@ class Cell:
     """The trial's trained sequences by kind."""
     policy: str = "demo"
     """What samples its tokens: ``demo``, the warm-started demo policy; ``teacher-forced``, the tiny
-    model with the scripted teacher's turns forced in vLLM (``modelkit.teacher_forcing``)."""
+    model with the scripted teacher's turns forced in vLLM (``modelkit.teacher.forcing``)."""
 
 
 CELLS = [

@@ -1,6 +1,6 @@
 """The scripted teacher's answers and the claude-code corpus built from its record.
 
-``data/claude_code_exchanges.jsonl`` is a real capture (``agent_capture.capture``: the
+``data/claude_code_exchanges.jsonl`` is a real capture (``agent_demo.capture.capture``: the
 claude-code CLI through the real proxy, two generated tasks, both solved): what LiteLLM
 forwarded upstream and what the teacher answered.
 """
@@ -16,14 +16,14 @@ from transformers import AutoTokenizer
 
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.episodes.harbor.make_tasks import BUGS, generate
-from rlstack.modelkit.agent_corpus import (
+from rlstack.modelkit.agent_demo.corpus import (
     TEMPLATE,
     as_vllm_renders,
     conversations,
     encode,
     load_exchanges,
 )
-from rlstack.modelkit.teacher import FINAL_TEXT, Teacher, reference_commands
+from rlstack.modelkit.teacher.scripted import FINAL_TEXT, Teacher, reference_commands
 
 CAPTURE = Path(__file__).with_name("data") / "claude_code_exchanges.jsonl"
 

@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from rlstack.agent.tools import tool_schemas
 from rlstack.common.contracts.atropos import MASKED
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.agent_warm_start import encode, solution_commands, transcript
+from rlstack.modelkit.agent_demo.builtin import encode, solution_commands, transcript
 
 
 def test_every_family_has_a_transcript_ending_in_submit():

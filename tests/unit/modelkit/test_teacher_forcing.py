@@ -9,14 +9,14 @@ from transformers import AutoTokenizer
 
 from rlstack.episodes.agents import SUB_AGENT
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.teacher import FINAL_TEXT, SUB_TASK, Teacher, reference_commands
-from rlstack.modelkit.teacher_forcing import (
+from rlstack.modelkit.teacher.forcing import (
     TURN_END,
     answer_ids,
     read_conversation,
     read_tasks,
     write_tasks,
 )
+from rlstack.modelkit.teacher.scripted import FINAL_TEXT, SUB_TASK, Teacher, reference_commands
 
 
 def tool(name: str) -> dict:

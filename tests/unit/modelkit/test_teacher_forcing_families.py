@@ -10,8 +10,8 @@ from transformers import AutoTokenizer
 
 from rlstack.common.model_families import FAMILIES
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.teacher import Teacher, reference_commands
-from rlstack.modelkit.teacher_forcing import REASONING, TURN_END, answer_ids, template_kwargs
+from rlstack.modelkit.teacher.forcing import REASONING, TURN_END, answer_ids, template_kwargs
+from rlstack.modelkit.teacher.scripted import Teacher, reference_commands
 
 
 @pytest.fixture(scope="module")

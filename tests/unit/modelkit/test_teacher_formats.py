@@ -12,9 +12,9 @@ from transformers import AutoTokenizer
 from rlstack.common.model_families import FAMILIES
 from rlstack.episodes.agents import SUB_AGENT
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.teacher import Teacher, reference_commands
-from rlstack.modelkit.teacher_forcing import answer_ids
-from rlstack.modelkit.teacher_formats import FORMATS, REASONING
+from rlstack.modelkit.teacher.forcing import answer_ids
+from rlstack.modelkit.teacher.formats import FORMATS, REASONING
+from rlstack.modelkit.teacher.scripted import Teacher, reference_commands
 
 SPEC = next(t for t in generate(7, seed=1000) if t.name.startswith("sum-numbers"))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from rlstack.episodes.harbor.make_tasks import generate
-from rlstack.modelkit.teacher import (
+from rlstack.modelkit.teacher.scripted import (
     FINAL_TEXT,
     SUB_AGENT_TOOL,
     SUB_TASK,
@@ -45,7 +45,7 @@ def test_the_lead_looks_then_delegates_and_the_sub_agent_solves():
 def test_a_team_model_warm_started_for_other_steps_is_not_taken_as_built(tmp_path):
     """Changing ``TEAM_STEPS`` rebuilds the team's models (``make run-agent ... POLICIES=``) rather than
     training on the ones an earlier setting left in ``models/``."""
-    from rlstack.modelkit.cli_agent_demo import RECORD, TEAM_STEPS, TEMPLATE, is_built
+    from rlstack.modelkit.agent_demo.cli import RECORD, TEAM_STEPS, TEMPLATE, is_built
 
     (tmp_path / "model.safetensors").write_bytes(b"")  # what is_current looks for, beside today's template
     (tmp_path / "chat_template.jinja").write_text(TEMPLATE.read_text())

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rlstack.common.contracts.atropos import MASKED
-from rlstack.modelkit.teacher import message_text
+from rlstack.modelkit.teacher.scripted import message_text
 
-TEMPLATE = Path(__file__).with_name("cli_agent_template.jinja")
+TEMPLATE = Path(__file__).with_name("cli_template.jinja")
 """The claude-code demo's chat template: the agent demo's, except that (1) text parts are joined by
 a newline, which is what vLLM's "string" content format does, so both of vLLM's content formats
 render one text, and (2) each tool is one line, ``- Name(param, ...): description``, not its

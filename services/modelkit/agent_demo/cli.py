@@ -2,13 +2,13 @@
 model made here, warm-started on what the real CLI sent while the scripted teacher solved
 generated tasks.
 
-1. capture (``agent_capture.py``): the agent, the proxy and the teacher on generated
+1. capture (``capture.py``): the agent, the proxy and the teacher on generated
    tasks of a seed disjoint from the training tasks; skipped when the capture exists;
 2. the tokenizer is trained on the usual corpus plus the rendered conversations, so claude-code's
    system prompt and tool schemas take few tokens; or, for a model family (``--model-family``),
    the family's own tokenizer and template on a tiny model of its architecture;
 3. supervised warm start on the conversations, each call rendered as vLLM renders it
-   (``agent_corpus.py``): prompts masked, the teacher's turns trained.
+   (``corpus.py``): prompts masked, the teacher's turns trained.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import torch
 from pydantic import BaseModel, Field
 
 from rlstack.episodes.harbor.make_tasks import FAMILIES, generate
-from rlstack.modelkit.agent_capture import Agent, CaptureSpec, capture
-from rlstack.modelkit.agent_corpus import (
+from rlstack.modelkit.agent_demo.builtin import _batch
+from rlstack.modelkit.agent_demo.capture import Agent, CaptureSpec, capture
+from rlstack.modelkit.agent_demo.corpus import (
     TEMPLATE,
     conversations,
     encode,
@@ -33,8 +34,7 @@ from rlstack.modelkit.agent_corpus import (
     render_prompt,
     tokenizer_text,
 )
-from rlstack.modelkit.agent_warm_start import _batch
-from rlstack.modelkit.teacher import FINAL_TEXT, SUB_TASK, message_text
+from rlstack.modelkit.teacher.scripted import FINAL_TEXT, SUB_TASK, message_text
 from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model
 from rlstack.modelkit.warm_start import sft_steps
 

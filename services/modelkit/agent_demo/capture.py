@@ -44,10 +44,10 @@ from rlstack.episodes.sandboxes import build_sandbox
 from rlstack.episodes.sandboxes.config import LocalSandboxConfig
 from rlstack.episodes.trials.records import AgentSpec, TrialSpec
 from rlstack.episodes.trials.run import run_trial
-from rlstack.modelkit.teacher import Teacher
+from rlstack.modelkit.teacher.scripted import Teacher
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1].parent
+REPO = Path(__file__).resolve().parents[2].parent
 PROXY_PYTHON = REPO / ".venv-proxy" / "bin" / "python"
 RUN = "teacher"
 

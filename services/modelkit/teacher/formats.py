@@ -1,5 +1,5 @@
 """How the scripted teacher reads a call back from the prompt a family's template rendered, and
-writes its answer in the tokens that family's models generate (``teacher_forcing``).
+writes its answer in the tokens that family's models generate (``forcing``).
 
 One format per way of writing turns: ChatML (the demo and tiny models, Qwen2.5, Qwen3: turns as
 ``<|im_start|>role`` blocks, tools one JSON object per line inside ``<tools>``), harmony (gpt-oss:
@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from rlstack.episodes.agents import SUB_AGENT
-from rlstack.modelkit.teacher import SHELL_TOOLS, SUB_AGENT_TOOL, Conversation
+from rlstack.modelkit.teacher.scripted import SHELL_TOOLS, SUB_AGENT_TOOL, Conversation
 
 REASONING = "The task needs a shell command; I run it, then look at what it printed."
 """The teacher's thinking, where the prompt asks the model to think (a family whose template takes

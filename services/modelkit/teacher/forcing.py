@@ -3,9 +3,9 @@ token, so a real agent runs the teacher's tool calls while each token the proxy 
 vLLM sampled, with its id and its logprob under the served weights.
 
 A vLLM logits processor, loaded into the replica with ``--logits-processors
-rlstack.modelkit.teacher_forcing:TeacherForcing`` (the class imports vLLM when vLLM asks for it). Its
+rlstack.modelkit.teacher.forcing:TeacherForcing`` (the class imports vLLM when vLLM asks for it). Its
 tasks come from ``RLSTACK_TEACHER_TASKS``, a JSON list of ``TaskSpec``. It reads each call back
-from its prompt in the served family's format (``teacher_formats``: ChatML, harmony, DeepSeek V3)
+from its prompt in the served family's format (``formats``: ChatML, harmony, DeepSeek V3)
 and answers in the tokens that family's models generate (with the teacher's reasoning where the
 prompt asks the model to think), through its end of turn.
 
@@ -26,8 +26,7 @@ import torch
 
 from rlstack.common.model_families import family_of
 from rlstack.episodes.harbor.make_tasks import TaskSpec
-from rlstack.modelkit.teacher import Conversation, Teacher, next_message
-from rlstack.modelkit.teacher_formats import (
+from rlstack.modelkit.teacher.formats import (
     FAMILY_FORMAT,
     FORMATS,
     REASONING,
@@ -35,6 +34,7 @@ from rlstack.modelkit.teacher_formats import (
     PromptFormat,
     template_kwargs,
 )
+from rlstack.modelkit.teacher.scripted import Conversation, Teacher, next_message
 
 __all__ = ["REASONING", "TASKS_ENV", "TURN_END", "answer_ids", "prompt_format", "read_conversation", "template_kwargs", "write_tasks"]
 
@@ -49,7 +49,7 @@ def write_tasks(specs: list[TaskSpec], path: Path) -> Path:
 
 
 def prompt_format(model_dir: str | Path) -> PromptFormat:
-    """The format the served model's family writes turns in (``teacher_formats``)."""
+    """The format the served model's family writes turns in (``formats``)."""
     family = family_of(model_dir)
     if family.name not in FAMILY_FORMAT:
         raise ValueError(f"model family {family.name!r} has no tool format the teacher can write")

@@ -5,7 +5,7 @@ It stands where a vLLM replica stands (the registry lists it, LiteLLM in the pro
 so what claude-code sends reaches it in exactly the OpenAI form vLLM would be asked to render:
 LiteLLM turns the teacher's ``tool_calls`` into ``tool_use`` blocks, claude-code executes them
 and sends back ``tool_result``s. Every request and answer is recorded: that record is the
-claude-code warm-start corpus (``agent_corpus.py``). Not a stand-in for vLLM in tests of
+claude-code warm-start corpus (``agent_demo.corpus``). Not a stand-in for vLLM in tests of
 vLLM: it has no tokens and no logprobs.
 """
 
@@ -78,7 +78,7 @@ def sub_agent_type(users: str) -> str:
 @dataclass(frozen=True)
 class Conversation:
     """What the teacher reads of a call, whether it came as OpenAI messages or as the prompt a
-    template rendered (``teacher_forcing``)."""
+    template rendered (``forcing``)."""
 
     users: str
     """The user turns' text."""
