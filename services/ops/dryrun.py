@@ -111,7 +111,7 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
     if len(fixed) != len(set(fixed)):
         findings.append(Finding(check="addresses", ok=False, detail=f"two services share a fixed port: {sorted(fixed)}"))
     resolved: dict[str, Any] = {}
-    if not findings:
+    if all(f.ok for f in findings):  # a passed check (the policies block) does not stop the settings being read
         addresses = stand_in_addresses(config.services)
         for spec in config.services:
             if spec.module not in SETTINGS:

@@ -142,3 +142,16 @@ def test_values_policies_whose_claims_overlap_by_a_prefix_are_refused_before_an_
     findings = run_dryrun(overlay, str(tiny_model))[1]
     assert "policies" in failed(findings)
     assert any("'lead' claims 'claude-*' and 'helper' claims 'claude-haiku-*'" in f.detail for f in findings)
+
+
+def test_a_config_of_two_policies_is_read_through_its_services_settings(tiny_model, tmp_path):
+    """The policies block's passed check once stopped every service's settings from being read (the plan
+    then showed the trainer's defaults, not the config's)."""
+    config = yaml.safe_load((REPO / "examples" / "local-agent-claude-code-team.yaml").read_text())
+    for policy in config["policies"]:
+        policy["model"] = str(tiny_model)
+    path = tmp_path / "team.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan, findings, _ = run_dryrun(path)
+    assert failed(findings) == set() and {"policies", "settings"} <= {f.check for f in findings}
+    assert (plan.trainer.tokens_per_micro_batch, plan.trainer.share_prefix) == (4096, 64)  # the config's pack_tokens
