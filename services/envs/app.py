@@ -25,10 +25,10 @@ def build_app(settings: EnvSettings) -> FastAPI:
         # first write, after the first trial has started): an env server that required it would
         # crash-loop on every new install.
         settings.trials_dir.mkdir(parents=True, exist_ok=True)
-        from rlstack.envs.agent_metrics import AgentMetrics
-        from rlstack.envs.agent_trials import AgentEnvRunner
+        from rlstack.envs.harbor_metrics import HarborMetrics
+        from rlstack.envs.harbor_runner import HarborEnvRunner
 
-        runner: EnvRunner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))
+        runner: EnvRunner = HarborEnvRunner(settings, EnvMetrics(registry), HarborMetrics(registry))
     else:
         runner = EnvRunner(settings, EnvMetrics(registry))
     supervisor = Supervisor("env", settings.failure_exit_delay_seconds)

@@ -20,7 +20,7 @@ from rlstack.episodes.trials.records import TrialResult, TrialStatus
 HAND_OVER_TOOL = "Agent"
 """claude-code's tool that starts a sub-agent; its ``prompt`` argument is what the worker is told."""
 EVAL_ROUND = re.compile(r"-eval-[0-9a-f]+-e(\d+)-t\d+$")
-"""Held-out trials are named ``<env>-eval-<id>-e<round>-t<n>`` (``envs.agent_trials``)."""
+"""Held-out trials are named ``<env>-eval-<id>-e<round>-t<n>`` (``envs.harbor_runner``)."""
 
 
 class TeamTrial(BaseModel):

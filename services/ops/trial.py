@@ -1,6 +1,6 @@
 """``rlstack trial TASK_DIR``: one agent trial of one task, what a task author runs first.
 
-The trial runs exactly as the agent env server runs its trials (``AgentEnvRunner.one_trial``:
+The trial runs exactly as the agent env server runs its trials (``HarborEnvRunner.one_trial``:
 the local sandbox, the proxy's records of its calls, assembly, ATIF, ``result.json``). An agent
 that calls a model needs a proxy: ``--proxy-url`` names a running one (its ``--trials-dir`` must
 be given too, since that is where it writes the trial's calls); without it, a registry, one vLLM
@@ -178,8 +178,8 @@ def _secret_from_env() -> SecretStr | None:
 
 async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_url: str | None,
                  secret: SecretStr | None) -> TrialReport:
-    from rlstack.envs.agent_metrics import AgentMetrics
-    from rlstack.envs.agent_trials import AgentEnvRunner
+    from rlstack.envs.harbor_metrics import HarborMetrics
+    from rlstack.envs.harbor_runner import HarborEnvRunner
     from rlstack.envs.harbor_tasks import HarborTasks
     from rlstack.envs.runner import EnvMetrics
 
@@ -195,7 +195,7 @@ async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_ur
                            trial_retries=0, sandbox_environment=req.environment, **fields)
     metrics = CollectorRegistry()
     # The dataset is the task alone: the agent's sandbox hides its directory, nothing around it.
-    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics),
+    runner = HarborEnvRunner(settings, EnvMetrics(metrics), HarborMetrics(metrics),
                             tasks=HarborTasks(Dataset(root=task.path, tasks=(task,)), seed=0))
     agent = {"oracle": AgentSpec.oracle(), "nop": AgentSpec.nop()}.get(req.agent) if not req.agent_command else None
     trial = f"{task.short_name[:40]}-{secrets.token_hex(3)}"

@@ -10,10 +10,10 @@ import json
 import httpx
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.agent_trials import AgentEnvRunner
 from rlstack.envs.app import build_app
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_metrics import HarborMetrics
+from rlstack.envs.harbor_runner import HarborEnvRunner
 from rlstack.envs.runner import EnvMetrics
 from rlstack.episodes.trials.records import AgentSpec
 from tests.conftest import REPO
@@ -46,7 +46,7 @@ def test_evaluate_runs_one_trial_per_held_out_task_and_answers_the_pass_rate(tmp
 
 def test_the_reference_solutions_pass_every_held_out_task(tmp_path):
     metrics = CollectorRegistry()
-    runner = AgentEnvRunner(settings(tmp_path, heldout_size=3), EnvMetrics(metrics), AgentMetrics(metrics))
+    runner = HarborEnvRunner(settings(tmp_path, heldout_size=3), EnvMetrics(metrics), HarborMetrics(metrics))
     runner.agent = AgentSpec.oracle()
 
     async def go() -> dict:

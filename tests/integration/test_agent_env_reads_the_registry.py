@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from rlstack.common.contracts.registry import EndpointRegistration
 from rlstack.common.registry_client import RegistryClient
-from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.agent_trials import DEFAULT_CONTEXT, AgentEnvRunner
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_metrics import HarborMetrics
+from rlstack.envs.harbor_runner import DEFAULT_CONTEXT, HarborEnvRunner
 from rlstack.envs.runner import EnvMetrics
 from tests.conftest import REPO, free_port
 
@@ -40,7 +40,7 @@ def test_the_context_length_comes_from_the_replicas_registry_labels(service_fact
     settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy")
     metrics = CollectorRegistry()
-    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
+    runner = HarborEnvRunner(settings, EnvMetrics(metrics), HarborMetrics(metrics), sandbox=UnusedSandbox())
 
     async def scenario() -> int:
         client = RegistryClient(registry.url)
@@ -64,7 +64,7 @@ def test_a_lagging_replica_does_not_hold_the_staleness_gate_shut(service_factory
     settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy", group_size=2, max_staleness=1)
     metrics = CollectorRegistry()
-    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
+    runner = HarborEnvRunner(settings, EnvMetrics(metrics), HarborMetrics(metrics), sandbox=UnusedSandbox())
     runner.batch_size = 4  # two groups per batch
     runner.groups_started = 8  # (v2 + 1 + 1) * 2: past the bound of any version below 3
 
@@ -104,7 +104,7 @@ def test_a_second_served_model_does_not_change_the_envs_version(service_factory)
     settings = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", registry_url=registry.url,
                            proxy_url=closed, batcher_url=closed, served_model="policy")
     metrics = CollectorRegistry()
-    runner = AgentEnvRunner(settings, EnvMetrics(metrics), AgentMetrics(metrics), sandbox=UnusedSandbox())
+    runner = HarborEnvRunner(settings, EnvMetrics(metrics), HarborMetrics(metrics), sandbox=UnusedSandbox())
 
     async def scenario(policy_url: str, other_url: str) -> tuple[int | None, int, int]:
         client = RegistryClient(registry.url)

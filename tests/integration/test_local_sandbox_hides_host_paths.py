@@ -11,9 +11,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.agent_trials import AgentEnvRunner
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_metrics import HarborMetrics
+from rlstack.envs.harbor_runner import HarborEnvRunner
 from rlstack.envs.runner import EnvMetrics
 from rlstack.episodes.harbor import HarborTask
 from rlstack.episodes.sandboxes import LocalSandboxConfig
@@ -54,11 +54,11 @@ def test_home_runs_and_example_answers_are_hidden_by_default(tmp_path):
 def test_the_env_servers_setting_replaces_the_default(tmp_path):
     settings = dict(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2)
     registry = CollectorRegistry()
-    chosen = AgentEnvRunner(EnvSettings(**settings, sandbox_hide_paths=[tmp_path]), EnvMetrics(registry),
-                            AgentMetrics(registry))
+    chosen = HarborEnvRunner(EnvSettings(**settings, sandbox_hide_paths=[tmp_path]), EnvMetrics(registry),
+                            HarborMetrics(registry))
     assert chosen.sandbox.config.hide_paths == [tmp_path]
     registry = CollectorRegistry()
-    default = AgentEnvRunner(EnvSettings(**settings), EnvMetrics(registry), AgentMetrics(registry))
+    default = HarborEnvRunner(EnvSettings(**settings), EnvMetrics(registry), HarborMetrics(registry))
     assert Path("/home") in default.sandbox.config.hide_paths and REPO / "runs" in default.sandbox.config.hide_paths
 
 
@@ -97,7 +97,7 @@ def attack(tmp_path: Path, journal: Path, write) -> None:  # noqa: ANN001
                            trials_dir=tmp_path / "trials", agent="command",
                            agent_command=f"{sys.executable} /app/forge.py {journal}", proxy_url=f"http://127.0.0.1:{free_port()}")
     registry = CollectorRegistry()
-    runner = AgentEnvRunner(settings, EnvMetrics(registry), AgentMetrics(registry))
+    runner = HarborEnvRunner(settings, EnvMetrics(registry), HarborMetrics(registry))
     assert runner.journal.hold()  # as the env server does before its first trial
     runner.journal.trial(__import__("rlstack.envs.journal", fromlist=["TrialEntry"]).TrialEntry(
         group="g0", trial="t0", task="forge", status="ok", reward=1.0, trial_dir="/x"))

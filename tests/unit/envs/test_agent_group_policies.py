@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlstack.envs.agent_group import TrialOutcome, trial_group
+from rlstack.envs.harbor_groups import TrialOutcome, trial_group
 from rlstack.episodes.assemble import AssembledSequence, Assembly
 from rlstack.episodes.trials.records import (
     AgentRecord,
@@ -78,7 +78,7 @@ LEAD_HELPER = [{"name": "lead", "served_names": ["claude-sonnet-*"]}, {"name": "
 def test_the_env_posts_one_tagged_group_per_policy_that_took_part_twice():
     import pytest
 
-    from rlstack.envs.agent_trials import GroupDropped
+    from rlstack.envs.harbor_runner import GroupDropped
     from rlstack.episodes.harbor import HarborTask
     from tests.conftest import REPO
     from tests.unit.envs.test_agent_trials import runner

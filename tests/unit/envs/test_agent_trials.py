@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_group import TrialOutcome
-from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.agent_trials import AgentEnvRunner, GroupDropped
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_groups import TrialOutcome
+from rlstack.envs.harbor_metrics import HarborMetrics
+from rlstack.envs.harbor_runner import GroupDropped, HarborEnvRunner
 from rlstack.envs.runner import EnvMetrics
 from rlstack.episodes.assemble import AssembledSequence, Assembly
 from rlstack.episodes.trials.records import (
@@ -38,10 +38,10 @@ class UnusedSandbox:
     async def close(self) -> None: ...
 
 
-def runner(**settings) -> AgentEnvRunner:
+def runner(**settings) -> HarborEnvRunner:
     s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2, **settings)
     registry = CollectorRegistry()
-    return AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=UnusedSandbox())
+    return HarborEnvRunner(s, EnvMetrics(registry), HarborMetrics(registry), sandbox=UnusedSandbox())
 
 
 def outcome(reward: float, *sequences: tuple[int, int]) -> TrialOutcome:
@@ -130,7 +130,7 @@ def test_before_each_group_the_sandbox_hears_its_task_and_the_next_groups(tmp_pa
                     workers=2, trials_dir=tmp_path / "trials", trial_retries=0, trial_key_secret="k" * 32)
     registry = CollectorRegistry()
     box = ExpectingSandbox()
-    r = AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=box)
+    r = HarborEnvRunner(s, EnvMetrics(registry), HarborMetrics(registry), sandbox=box)
     first = next(r.problems)
     upcoming = [t.short_name for t in r.problems.peek()]
     with pytest.raises(GroupDropped):

@@ -6,9 +6,9 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from rlstack.envs.agent_metrics import AgentMetrics
-from rlstack.envs.agent_trials import AgentEnvRunner
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_metrics import HarborMetrics
+from rlstack.envs.harbor_runner import HarborEnvRunner
 from rlstack.envs.runner import EnvMetrics
 from tests.conftest import REPO
 from tests.unit.envs.test_agent_trials import UnusedSandbox
@@ -17,7 +17,7 @@ from tests.unit.envs.test_agent_trials import UnusedSandbox
 def test_a_hundred_waiting_groups_read_the_version_about_twice_a_second():
     s = EnvSettings(task="harbor", sandbox_environment="host", tasks_dir=REPO / "examples" / "tasks", group_size=2, max_staleness=0)
     registry = CollectorRegistry()
-    r = AgentEnvRunner(s, EnvMetrics(registry), AgentMetrics(registry), sandbox=UnusedSandbox())
+    r = HarborEnvRunner(s, EnvMetrics(registry), HarborMetrics(registry), sandbox=UnusedSandbox())
     r.batch_size = 2  # one group per batch: at version 0 the gate holds one group
     reads = {"n": 0, "version": 0}
 

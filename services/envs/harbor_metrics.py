@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
-class AgentMetrics:
+class HarborMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         """The sandbox's own series (a kubernetes sandbox's pool, claims, API calls) go here too."""

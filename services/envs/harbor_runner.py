@@ -29,9 +29,9 @@ from rlstack.common.auth import bearer
 from rlstack.common.batcher_client import BatcherRefused
 from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 from rlstack.common.contracts.trajectory import TrajectoryRecord, read_trajectory
-from rlstack.envs.agent_group import TrialOutcome, trial_group, why_unscored
-from rlstack.envs.agent_metrics import AgentMetrics
 from rlstack.envs.config import EnvSettings
+from rlstack.envs.harbor_groups import TrialOutcome, trial_group, why_unscored
+from rlstack.envs.harbor_metrics import HarborMetrics
 from rlstack.envs.harbor_tasks import HarborTasks, NoHeldOutTasks, Upcoming
 from rlstack.envs.journal import TrialEntry, TrialJournal, finished_on_disk
 from rlstack.envs.runner import BATCHER_RETRY_SECONDS, EnvMetrics, EnvRunner
@@ -84,8 +84,8 @@ def local_sandbox_config(settings: EnvSettings) -> LocalSandboxConfig:
     return LocalSandboxConfig(**fields)
 
 
-class AgentEnvRunner(EnvRunner):
-    def __init__(self, settings: EnvSettings, metrics: EnvMetrics, agent_metrics: AgentMetrics,
+class HarborEnvRunner(EnvRunner):
+    def __init__(self, settings: EnvSettings, metrics: EnvMetrics, agent_metrics: HarborMetrics,
                  sandbox: Sandbox | None = None, tasks: HarborTasks | None = None) -> None:
         if settings.tasks_dir is None:
             raise ValueError("task harbor needs --tasks-dir (a directory of Harbor tasks)")
