@@ -127,8 +127,13 @@ def team_roles(trials_dir: Path, lead: str, worker: str, parts: int = 4) -> Team
                      heldout={k: figures(v) for k, v in sorted(rounds.items())})
 
 
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def plot(report: TeamRoles, path: Path, title: str) -> None:
-    """Two panels: the training trials by part and the held-out rounds, each member's part and the team's."""
+    """Two panels, the training trials by part and the held-out rounds: the team's pass rate, how often
+    the lead hands the task over, and how often a task handed over is solved, told word for word or not."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,9 +145,9 @@ def plot(report: TeamRoles, path: Path, title: str) -> None:
     for ax, rows, ticks, xlabel in panels:
         x = range(len(rows))
         ax.plot(x, [r.team for r in rows], "o-", color="black", label="team pass rate (both credited)")
-        ax.plot(x, [r.handed_over for r in rows], "s--", label=f"{report.lead}: hands the task over word for word")
-        ax.plot(x, [r.worker_solved if r.worker_solved is not None else float("nan") for r in rows], "^--",
-                label=f"{report.worker}: solves a task handed over")
+        ax.plot(x, [r.delegated for r in rows], "s--", label=f"{report.lead}: hands the task to the worker")
+        ax.plot(x, [_or_nan(r.worker_solved) for r in rows], "^--", label=f"{report.worker}: solves it, told word for word")
+        ax.plot(x, [_or_nan(r.paraphrased_solved) for r in rows], "v:", label="solved, the lead's own words")
         ax.set_xticks(list(x), ticks)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
