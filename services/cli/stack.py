@@ -174,6 +174,8 @@ def cmd_team_roles(args: argparse.Namespace) -> int:
     trials = args.run_dir / "trials"
     if not trials.is_dir():
         raise no_such_file(args.run_dir, "agent run directory", "name a run directory of `rlstack up` with trials/")
+    if args.parts < 1:
+        raise UserError(f"--parts {args.parts}: the training trials are cut into at least 1 part")
     report = team_roles(trials, args.lead, args.worker, args.parts)
     if not report.training and not report.heldout:
         log.error("%s holds no finished trial", trials)
@@ -238,8 +240,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="the policy a group naming none belongs to (the batcher's first); unset: a run of one policy")
     rows.set_defaults(func=cmd_policy_rows)
     roles = sub.add_parser("team-roles", help="a lead-and-worker team's run: the team's pass rate and each member's own part "
-                                              "(the lead hands the task over word for word, the worker solves what it is "
-                                              "handed), over the training trials and at each held-out round; reads only")
+                                              "(how often the lead hands the task over, how often a task handed over is "
+                                              "solved), over the training trials and at each held-out round; reads only")
     roles.add_argument("run_dir", type=Path, nargs="?", default=Path("runs/latest"), help="a run directory of `rlstack up`")
     roles.add_argument("--lead", default="lead", help="the lead's policy")
     roles.add_argument("--worker", default="helper", help="the worker's policy")

@@ -55,7 +55,7 @@ def check(config: RunConfig) -> None:
         if spec.policy is not None:
             if owned := [_flag(f) for f in OWNED if _has(spec.args, _flag(f)) or f in spec.settings]:
                 raise PolicyConfigError(f"service {spec.name!r}: {', '.join(owned)} come from policy {spec.policy!r}'s "
-                                        "declaration; leave them out of its args")
+                                        "declaration; leave them out of its args and settings")
     for p in config.policies:
         replicas = [s.name for s in config.services if s.policy == p.name and s.module == INFERENCE]
         trainers = [s.name for s in config.services if s.policy == p.name and s.module == TRAINER]
