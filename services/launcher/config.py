@@ -45,7 +45,8 @@ class ServiceSpec(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     """Values of the service's own settings model by field name (``model: models/demo``,
     ``pack_tokens: null``), checked against that model when the config is read and made flags only
-    when the process starts (``launcher.service_settings``); a setting wins over the same flag in ``args``."""
+    when the process starts (``launcher.service_settings``). One given both here and as a flag in ``args`` is
+    refused (a list flag given twice adds up rather than being replaced)."""
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = Field(default=None, ge=1, le=65535)
     """Fixed port; a free one when unset. Passed as --port."""
@@ -73,6 +74,9 @@ class ServiceSpec(BaseModel):
         known = settings_class(self.module).model_fields
         if unknown := sorted(k for k in self.settings if k not in known):
             raise ValueError(f"settings: {', '.join(unknown)} not a setting of {self.module}")
+        flags = {a.split("=", 1)[0] for a in self.args if a.startswith("--")}
+        if twice := sorted(k for k in self.settings if {"--" + k.replace("_", "-"), "--no-" + k.replace("_", "-")} & flags):
+            raise ValueError(f"settings: {', '.join(twice)} also given as a flag in args; give each once")
         return self
 
 

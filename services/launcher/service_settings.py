@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["SETTINGS", "ServiceSettingsError", "as_flags", "command_args", "resolve", "resolve_settings", "settings_class",
            "stand_in_addresses"]
 
+
 def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = None) -> list[str]:
     """``--field-name value`` for each setting: text formatted with the run's addresses (``{run_dir}``),
     ``True``/``False`` as ``--x``/``--no-x``, ``None`` as ``null`` (every setting's "off"), lists and
@@ -49,8 +50,9 @@ def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = 
 
 
 def command_args(spec: ServiceSpec, addresses: Mapping[str, Any]) -> list[str]:
-    """The flags ``python -m <module>`` starts with: the config's ``args``, then its ``settings`` (a flag
-    given twice takes its last value, so a setting wins over the same flag in ``args``)."""
+    """The flags ``python -m <module>`` starts with: the config's ``args``, then its ``settings``. A config
+    gives a setting once (``ServiceSpec``); what ``rlstack up`` sets over it (a model, a family: single
+    values) comes last, and a single value given twice takes the last."""
     return [a.format(**addresses) for a in spec.args] + as_flags(spec.settings, addresses)
 
 

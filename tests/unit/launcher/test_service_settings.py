@@ -22,10 +22,11 @@ def replica(**settings) -> ServiceSpec:
 
 
 def test_each_kind_of_value_reaches_the_service_as_the_value():
-    spec = replica(model="models/b", max_model_len=None, enforce_eager=False, extra_vllm_args=["--seed", "{x}"],
-                   weights_dir="{run_dir}/weights", kv_cache_gib=2.5)
+    spec = ServiceSpec(name="inference", module="rlstack.inference", args=["--model", "models/a"],
+                       settings={"max_model_len": None, "enforce_eager": False, "extra_vllm_args": ["--seed", "{x}"],
+                                 "weights_dir": "{run_dir}/weights", "kv_cache_gib": 2.5})
     settings = resolve(spec, stand_in_addresses([spec], run_dir="/runs/r"))
-    assert settings.model == "models/b"  # a setting wins over the same flag in args
+    assert settings.model == "models/a"
     assert settings.max_model_len is None  # null: off
     assert settings.enforce_eager is False and settings.kv_cache_gib == 2.5
     assert settings.extra_vllm_args == ["--seed", "{x}"]  # data, not a placeholder
@@ -48,6 +49,8 @@ def test_a_setting_the_service_does_not_have_is_refused_when_the_config_is_read(
         replica(max_modle_len=512)
     with pytest.raises(ValidationError, match="rlstack.agent has no settings model here"):
         ServiceSpec(name="agent", module="rlstack.agent", settings={"x": 1})
+    with pytest.raises(ValidationError, match="settings: model also given as a flag in args; give each once"):
+        replica(model="models/b")
 
 
 def test_a_value_the_service_refuses_names_the_service_and_the_field():
