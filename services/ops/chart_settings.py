@@ -91,6 +91,7 @@ def service_env(values: dict[str, Any], module: str) -> dict[str, str]:
         if value is MISSING or (value is None and not row.off):
             continue
         env[row.env_var()] = env_text(value)
-    component = module.removeprefix("rlstack.")
-    env.update({k: str(v) for k, v in ((values.get(component) or {}).get("env") or {}).items()})
+    block = values.get(module.removeprefix("rlstack."))
+    if isinstance(block, dict):  # the env servers are a list, each with its own env: (not in the table)
+        env.update({k: str(v) for k, v in (block.get("env") or {}).items()})
     return env
