@@ -70,8 +70,10 @@ def _hands_over(call: TrajectoryRecord, instruction: str) -> tuple[bool, bool]:
             if function.get("name") != HAND_OVER_TOOL:
                 continue
             delegated = True
+            arguments = function.get("arguments") or "{}"
             try:
-                prompt = json.loads(function.get("arguments") or "{}").get("prompt", "")
+                arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+                prompt = arguments.get("prompt", "")
             except (json.JSONDecodeError, AttributeError):
                 continue
             exact |= isinstance(prompt, str) and instruction in prompt
