@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.policies import PolicyRoute, PolicyTable
-from rlstack.launcher.settings_models import SETTINGS, settings_class
+from rlstack.launcher.settings_models import SETTINGS, flag_name, settings_class
 
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
@@ -75,7 +75,7 @@ class ServiceSpec(BaseModel):
         if unknown := sorted(k for k in self.settings if k not in known):
             raise ValueError(f"settings: {', '.join(unknown)} not a setting of {self.module}")
         flags = {a.split("=", 1)[0] for a in self.args if a.startswith("--")}
-        if twice := sorted(k for k in self.settings if {"--" + k.replace("_", "-"), "--no-" + k.replace("_", "-")} & flags):
+        if twice := sorted(k for k in self.settings if {flag_name(k), flag_name(k, negated=True)} & flags):
             raise ValueError(f"settings: {', '.join(twice)} also given as a flag in args; give each once")
         return self
 

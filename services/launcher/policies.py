@@ -14,6 +14,7 @@ from typing import Any
 
 from rlstack.common.policies import PolicyTable, declared_family
 from rlstack.launcher.config import PolicyDecl, RunConfig, ServiceSpec
+from rlstack.launcher.settings_models import flag_name
 
 INFERENCE, TRAINER = "rlstack.inference", "rlstack.trainer"
 SHARED = {"rlstack.proxy": "routes", "rlstack.envs": "routes", "rlstack.batcher": "names"}
@@ -53,7 +54,7 @@ def check(config: RunConfig) -> None:
             raise PolicyConfigError(f"service {spec.name!r} ({spec.module}) names no policy; with several policies each "
                                     f"replica and trainer says which it serves or trains (policy: one of {names})")
         if spec.policy is not None:
-            if owned := [_flag(f) for f in OWNED if _has(spec.args, _flag(f)) or f in spec.settings]:
+            if owned := [flag_name(f) for f in OWNED if _has(spec.args, flag_name(f)) or f in spec.settings]:
                 raise PolicyConfigError(f"service {spec.name!r}: {', '.join(owned)} come from policy {spec.policy!r}'s "
                                         "declaration; leave them out of its args and settings")
     for p in config.policies:
@@ -66,10 +67,6 @@ def check(config: RunConfig) -> None:
                                     f"{TRAINER} service tagged `policy: {p.name}`")
         if p.family is not None:  # undeclared, the replica's own check (``preflight.check_replicas``) tells it
             declared_family(p.name, p.model, p.family)
-
-
-def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
 
 
 def _has(args: list[str], name: str) -> bool:

@@ -11,7 +11,6 @@ back out of an argument list by hand.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import SimpleNamespace
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from rlstack.launcher.settings_models import SETTINGS, settings_class
+from rlstack.launcher.settings_models import SETTINGS, flag_name, setting_text, settings_class
 
 if TYPE_CHECKING:
     from rlstack.launcher.config import ServiceSpec
@@ -35,17 +34,12 @@ def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = 
     maps as JSON (never formatted: their braces are data)."""
     out: list[str] = []
     for field, value in settings.items():
-        flag = "--" + field.replace("_", "-")
         if isinstance(value, bool):
-            out.append(flag if value else "--no-" + field.replace("_", "-"))
-        elif value is None:
-            out += [flag, "null"]
-        elif isinstance(value, (list, tuple, dict)):
-            out += [flag, json.dumps(value)]
+            out.append(flag_name(field, negated=not value))
         elif isinstance(value, str) and addresses is not None:
-            out += [flag, value.format(**addresses)]
+            out += [flag_name(field), value.format(**addresses)]
         else:
-            out += [flag, str(value)]
+            out += [flag_name(field), setting_text(value)]
     return out
 
 

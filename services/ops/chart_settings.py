@@ -10,12 +10,11 @@ the settings that have an off say so in the row.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rlstack.launcher.service_settings import settings_class
+from rlstack.launcher.settings_models import setting_text, settings_class
 
 MISSING = object()
 
@@ -69,17 +68,6 @@ def lookup(values: dict[str, Any], path: str) -> Any:  # noqa: ANN401 - a values
     return node
 
 
-def env_text(value: Any) -> str:  # noqa: ANN401 - a values entry
-    """A value as its env var carries it: null for None, JSON for lists and maps, true/false."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
-
-
 def service_env(values: dict[str, Any], module: str) -> dict[str, str]:
     """The env vars the chart gives ``module``'s container for ``values``: the table's, then the
     component's ``env:`` block over them."""
@@ -90,7 +78,7 @@ def service_env(values: dict[str, Any], module: str) -> dict[str, str]:
         value = lookup(values, row.value)
         if value is MISSING or (value is None and not row.off):
             continue
-        env[row.env_var()] = env_text(value)
+        env[row.env_var()] = setting_text(value)
     block = values.get(module.removeprefix("rlstack."))
     if isinstance(block, dict):  # the env servers are a list, each with its own env: (not in the table)
         env.update({k: str(v) for k, v in (block.get("env") or {}).items()})
