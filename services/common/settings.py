@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -23,6 +23,12 @@ from pydantic_settings import (
 )
 
 from rlstack.common.names import SERVED_MODEL_NAME
+from rlstack.common.renamed_settings import (
+    RenamedEnvSource,
+    RenamedSource,
+    renamed_argv,
+    renamed_data,
+)
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("rlstack_config_file", default=None)
@@ -37,6 +43,7 @@ class ServiceSettings(BaseSettings):
         cli_kebab_case=True,
         cli_implicit_flags=True,
         env_parse_none_str="null",  # every setting's "off" is spelled null: in YAML, as a flag and as an env var
+        env_nested_delimiter="__",  # a group's field as an env var: RLSTACK_TRAINER_PACKING__ROW_TOKENS
         cli_prog_name="rlstack",
         use_attribute_docstrings=True,
     )
@@ -59,6 +66,15 @@ class ServiceSettings(BaseSettings):
     failure_exit_delay_seconds: float = Field(default=2.0, ge=0, le=600)
     """After a background loop dies: how long /healthz answers 503 with the cause before the process exits 1."""
 
+    renamed: ClassVar[dict[str, str]] = {}
+    """Old flat setting -> its ``group.field`` now; the old name still works, warned (``common.renamed_settings``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:  # noqa: ANN401 - whatever pydantic passes
+        """A dict validated directly (``model_validate``, a run config's ``settings:``) by its old flat names."""
+        return renamed_data(data, cls.renamed) if isinstance(data, dict) and cls.renamed else data
+
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                    env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
@@ -68,6 +84,9 @@ class ServiceSettings(BaseSettings):
         path = _CONFIG_FILE.get()
         if path is not None:
             sources = (*sources, YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        if cls.renamed:  # old flat names, each in its own source's rank (common.renamed_settings)
+            sources = tuple(RenamedEnvSource(settings_cls) if s is env_settings else RenamedSource(settings_cls, s)
+                            for s in sources)
         return sources
 
     @classmethod
@@ -76,7 +95,7 @@ class ServiceSettings(BaseSettings):
 
         ``exit_on_error=False``: an unknown flag raises ``SettingsError`` instead of exiting (``rlstack dryrun``).
         """
-        args = list(sys.argv[1:] if argv is None else argv)
+        args = renamed_argv(sys.argv[1:] if argv is None else argv, cls.renamed)
         path = cls._config_file(args)
         if path is not None and not path.is_file():
             raise SystemExit(f"--config: {path} is not a file")

@@ -42,9 +42,9 @@ def build_app(settings: EnvSettings) -> FastAPI:
             async with supervisor:
                 supervisor.start("env runner", runner.run())
                 supervisor.start("loop lag", lag.run())
-                if settings.sandbox_reaper:
+                if settings.sandbox.reaper:
                     kube, sandboxes = sandbox_manager(settings)
-                    supervisor.start("sandbox reaper", sandboxes.reap_forever(settings.sandbox_reap_interval_seconds))
+                    supervisor.start("sandbox reaper", sandboxes.reap_forever(settings.sandbox.reap_interval_seconds))
                 yield
         finally:
             await runner.aclose()

@@ -18,8 +18,8 @@ def sandbox_manager(settings: EnvSettings) -> tuple[AsyncClient, SandboxManager]
     from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxOwner
     from rlstack.kube.connection import connect
 
-    client = connect(settings.kube_api_url, settings.kube_namespace)
-    owner = SandboxOwner(name=settings.pod_name, uid=settings.pod_uid) if settings.pod_name and settings.pod_uid else None
-    manager = SandboxManager(client, settings.kube_namespace or client.namespace, settings.run_id, owner=owner,
-                             ttl_seconds=settings.sandbox_ttl_seconds, finished_grace_seconds=settings.sandbox_grace_seconds)
+    client = connect(settings.kube.api_url, settings.kube.namespace)
+    owner = SandboxOwner(name=settings.kube.pod_name, uid=settings.kube.pod_uid) if settings.kube.pod_name and settings.kube.pod_uid else None
+    manager = SandboxManager(client, settings.kube.namespace or client.namespace, settings.run_id, owner=owner,
+                             ttl_seconds=settings.sandbox.ttl_seconds, finished_grace_seconds=settings.sandbox.grace_seconds)
     return client, manager

@@ -4,7 +4,7 @@ trial is posted (its main thread, side calls, sub-agent threads, the segments af
 compaction), each carrying the trial's reward, and the group's ``trials`` says whose row each
 is: the group has ``group_size`` members and advantages are taken over members, so a trial
 with many segments counts once in the baseline. The trainer registers ``batch_fill:
-at_least``, so groups of varying row counts always batch (``--trial-sequences main`` posts one
+at_least``, so groups of varying row counts always batch (``--scoring.sequences main`` posts one
 row per trial for a trainer that needs Atropos's exact batches).
 
 Registration, batcher back-pressure and posting are the single-turn runner's; what differs is
@@ -75,12 +75,12 @@ class GroupDropped(RuntimeError):
 
 
 def local_sandbox_config(settings: EnvSettings) -> LocalSandboxConfig:
-    fields: dict = {"environment": settings.sandbox_environment, "image_lock": settings.sandbox_image_lock,
-                    "build_missing": settings.sandbox_build_images}
-    if settings.sandbox_hide_paths is not None:
-        fields["hide_paths"] = settings.sandbox_hide_paths
-    if settings.sandbox_bundle_dir is not None:
-        fields["bundle_dir"] = settings.sandbox_bundle_dir
+    fields: dict = {"environment": settings.sandbox.environment, "image_lock": settings.sandbox.image_lock,
+                    "build_missing": settings.sandbox.build_images}
+    if settings.sandbox.hide_paths is not None:
+        fields["hide_paths"] = settings.sandbox.hide_paths
+    if settings.sandbox.bundle_dir is not None:
+        fields["bundle_dir"] = settings.sandbox.bundle_dir
     return LocalSandboxConfig(**fields)
 
 
@@ -111,31 +111,31 @@ class HarborEnvRunner(EnvRunner):
         """Each policy's (None: the only one's) last version read and when it started."""
 
     def _agent_spec(self) -> AgentSpec:
-        on_host = self.s.sandbox == "local"  # in pods a trial runs the agent bundle's binary, never the host's
-        if self.s.agent == "claude-code":
-            if self.s.sub_agent_policy is not None:  # the worker on its own policy, by claude-code's own means
-                return claude_code_agent(self.s.claude_code_bin, subagents=True, sub_agent_model="haiku", on_host=on_host)
-            return claude_code_agent(self.s.claude_code_bin, on_host=on_host)
-        if self.s.agent == "codex":
-            return codex_agent(self.s.codex_bin, on_host=on_host)
-        if self.s.agent == "opencode":
-            return opencode_agent(self.s.opencode_bin, on_host=on_host)
-        if self.s.agent == "command" and self.s.agent_command is not None:
-            return command_agent(self.s.agent_command)
-        return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
+        on_host = self.s.sandbox.backend == "local"  # in pods a trial runs the agent bundle's binary, never the host's
+        if self.s.agent.name == "claude-code":
+            if self.s.agent.sub_agent_policy is not None:  # the worker on its own policy, by claude-code's own means
+                return claude_code_agent(self.s.agent.claude_code_bin, subagents=True, sub_agent_model="haiku", on_host=on_host)
+            return claude_code_agent(self.s.agent.claude_code_bin, on_host=on_host)
+        if self.s.agent.name == "codex":
+            return codex_agent(self.s.agent.codex_bin, on_host=on_host)
+        if self.s.agent.name == "opencode":
+            return opencode_agent(self.s.agent.opencode_bin, on_host=on_host)
+        if self.s.agent.name == "command" and self.s.agent.command is not None:
+            return command_agent(self.s.agent.command)
+        return builtin_agent(AgentLimits(max_turns=self.s.agent.max_turns, max_tokens=self.s.max_tokens,
                                          temperature=self.s.temperature))
 
     def _sandbox(self) -> Sandbox:
-        if self.s.sandbox == "kubernetes":
-            if not self.s.sandbox_claim:
-                raise ValueError("--sandbox kubernetes needs --sandbox-claim")
+        if self.s.sandbox.backend == "kubernetes":
+            if not self.s.sandbox.claim:
+                raise ValueError("sandbox.backend kubernetes needs sandbox.claim (--sandbox.claim)")
             config = KubernetesSandboxConfig(
-                environment=self.s.sandbox_environment, image=self.s.sandbox_image, bundle_image=self.s.sandbox_bundle_image,
-                bundle_source=self.s.sandbox_bundle_source, image_lock=self.s.sandbox_image_lock,
-                image_pull_policy=self.s.sandbox_image_pull_policy, claim_name=self.s.sandbox_claim,
-                trials_dir=self.s.trials_dir.resolve(), trials_subpath=self.s.sandbox_trials_subpath, python=self.s.sandbox_python,
-                pool=WarmPoolConfig(max_total=self.s.sandbox_pool_max_total, max_per_image=self.s.sandbox_pool_max_per_image,
-                                    idle_seconds=self.s.sandbox_pool_idle_seconds))
+                environment=self.s.sandbox.environment, image=self.s.sandbox.image, bundle_image=self.s.sandbox.bundle_image,
+                bundle_source=self.s.sandbox.bundle_source, image_lock=self.s.sandbox.image_lock,
+                image_pull_policy=self.s.sandbox.image_pull_policy, claim_name=self.s.sandbox.claim,
+                trials_dir=self.s.trials_dir.resolve(), trials_subpath=self.s.sandbox.trials_subpath, python=self.s.sandbox.python,
+                pool=WarmPoolConfig(max_total=self.s.sandbox.pool_max_total, max_per_image=self.s.sandbox.pool_max_per_image,
+                                    idle_seconds=self.s.sandbox.pool_idle_seconds))
             from rlstack.envs.cluster import sandbox_manager
 
             self._kube, manager = sandbox_manager(self.s)
@@ -316,7 +316,7 @@ class HarborEnvRunner(EnvRunner):
 
     async def _scored_trial(self, task: HarborTask, trial: str) -> TrialOutcome:
         outcome = None
-        for attempt in range(1, self.s.trial_retries + 2):
+        for attempt in range(1, self.s.scoring.retries + 2):
             outcome = await self._trial(task, trial if attempt == 1 else f"{trial}-a{attempt}", attempt)
             if outcome.scored:
                 return outcome
@@ -328,16 +328,16 @@ class HarborEnvRunner(EnvRunner):
 
     def key_ttl(self, task: HarborTask) -> float:
         """A trial key's lifetime: minted before its sandbox starts, so the sandbox's start counts too."""
-        return trial_key_ttl(task, self.s.agent_timeout_seconds, getattr(self.sandbox, "start_allowance_seconds", 0.0))
+        return trial_key_ttl(task, self.s.agent.timeout_seconds, getattr(self.sandbox, "start_allowance_seconds", 0.0))
 
     async def _trial(self, task: HarborTask, trial: str, attempt: int, agent: AgentSpec | None = None) -> TrialOutcome:
         agent = agent or self.agent
         async with self.slots:  # the key is minted once the trial can start: it lives as long as the trial
             key = self._trial_key(trial, self.key_ttl(task))
             env = trial_env(agent, str(self.s.proxy_url), self.s.run_id, trial, key, self.s.served_model_name,
-                            haiku_model=SUB_AGENT_MODEL if self.s.sub_agent_policy is not None else None)
+                            haiku_model=SUB_AGENT_MODEL if self.s.agent.sub_agent_policy is not None else None)
             spec = TrialSpec(run=self.s.run_id, trial=trial, attempt=attempt, task=task, agent=agent, env=env,
-                             agent_timeout_sec=self.s.agent_timeout_seconds, private_paths=[self.task.dataset.root, self.journal.directory])
+                             agent_timeout_sec=self.s.agent.timeout_seconds, private_paths=[self.task.dataset.root, self.journal.directory])
             self.am.trials_started.labels(self.s.name).inc()
             self.am.sandboxes_active.labels(self.s.name).inc()
             started = time.monotonic()
@@ -401,8 +401,8 @@ class HarborEnvRunner(EnvRunner):
         """The built-in agent at ``eval_temperature``; any other agent as it trains."""
         if self.agent.name != "builtin":
             return self.agent
-        return builtin_agent(AgentLimits(max_turns=self.s.agent_max_turns, max_tokens=self.s.max_tokens,
-                                         temperature=self.s.eval_temperature))
+        return builtin_agent(AgentLimits(max_turns=self.s.agent.max_turns, max_tokens=self.s.max_tokens,
+                                         temperature=self.s.scoring.eval_temperature))
 
     async def evaluate(self) -> dict:
         """Pass rate on the held-out tasks: ``eval_samples`` trials each (the built-in agent at
@@ -414,7 +414,7 @@ class HarborEnvRunner(EnvRunner):
         version = await self.weight_version()
         agent = self.eval_agent()
         number = next(self.evaluations)
-        runs = [task for task in held for _ in range(self.s.eval_samples)]
+        runs = [task for task in held for _ in range(self.s.scoring.eval_samples)]
         outcomes = await asyncio.gather(*(self._trial(task, f"{self.s.name}-eval-{self.instance}-e{number}-t{i}", 1, agent)
                                           for i, task in enumerate(runs)))
         rewards = [o.result.reward for o in outcomes if o.result.status == TrialStatus.OK and o.result.reward is not None]
@@ -433,9 +433,9 @@ class HarborEnvRunner(EnvRunner):
             self.metrics.reward_mean.labels(self.s.name).set(sum(self.recent_rewards) / len(self.recent_rewards))
         if len(set(rewards)) == 1:
             self.am.constant_groups.labels(self.s.name).inc()
-            if self.s.drop_constant_groups:
+            if self.s.scoring.drop_constant_groups:
                 raise GroupDropped(f"task {task.short_name}: every trial scored {rewards[0]} (no signal)")
-        every = self.s.trial_sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
+        every = self.s.scoring.sequences == "all" and self.batch_fill == "at_least"  # an exact trainer could stall
         if not self.s.policy_names:
             group, left_out = trial_group(outcomes, every, self.env_id)
             if left_out:
@@ -456,7 +456,7 @@ class HarborEnvRunner(EnvRunner):
                 log.info("task %s: policy %s took part in %d trial(s) of the group: no group of its own", task.short_name,
                          policy, members)
                 continue
-            if self.s.drop_constant_groups and len(set(group["scores"])) == 1:
+            if self.s.scoring.drop_constant_groups and len(set(group["scores"])) == 1:
                 continue
             group["policy"] = policy
             groups.append(group)

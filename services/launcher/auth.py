@@ -47,7 +47,7 @@ class RunTokens(BaseModel):
             env["RLSTACK_PROXY_TRIAL_KEY_SECRET"] = self.trial_key_secret
         elif service == "trainer":
             env |= {"RLSTACK_TRAINER_AUTH_TOKEN": self.trainer, "RLSTACK_TRAINER_BATCHER_TOKEN": self.batcher,
-                    "RLSTACK_TRAINER_EVAL_TOKEN": self.env}  # the env servers' POST /evaluate
+                    "RLSTACK_TRAINER_EVALUATION__TOKEN": self.env}  # the env servers' POST /evaluate
         elif service == "envs":
             env |= {"RLSTACK_ENV_AUTH_TOKEN": self.env, "RLSTACK_ENV_BATCHER_TOKEN": self.batcher,
                     "RLSTACK_ENV_TRIAL_KEY_SECRET": self.trial_key_secret}

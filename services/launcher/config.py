@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.policies import PolicyRoute, PolicyTable
-from rlstack.launcher.settings_models import SETTINGS, flag_name, settings_class
+from rlstack.common.renamed_settings import renamed_argv
+from rlstack.launcher.settings_models import SETTINGS, flag_name, setting_paths, settings_class
 
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 
@@ -71,11 +72,13 @@ class ServiceSpec(BaseModel):
             return self
         if self.module not in SETTINGS:
             raise ValueError(f"settings: {self.module} has no settings model here; give it args")
-        known = settings_class(self.module).model_fields
-        if unknown := sorted(k for k in self.settings if k not in known):
-            raise ValueError(f"settings: {', '.join(unknown)} not a setting of {self.module}")
-        flags = {a.split("=", 1)[0] for a in self.args if a.startswith("--")}
-        if twice := sorted(k for k in self.settings if {flag_name(k), flag_name(k, negated=True)} & flags):
+        model = settings_class(self.module)
+        try:
+            paths = setting_paths(model, self.settings)
+        except ValueError as exc:
+            raise ValueError(f"settings: {exc} of {self.module}") from None
+        flags = {a.split("=", 1)[0] for a in renamed_argv(self.args, model.renamed, warn=False) if a.startswith("--")}
+        if twice := sorted(k for k in paths if {flag_name(k), flag_name(k, negated=True)} & flags):
             raise ValueError(f"settings: {', '.join(twice)} also given as a flag in args; give each once")
         return self
 

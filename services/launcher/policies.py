@@ -13,15 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from rlstack.common.policies import PolicyTable, declared_family
+from rlstack.common.renamed_settings import renamed_argv
 from rlstack.launcher.config import PolicyDecl, RunConfig, ServiceSpec
-from rlstack.launcher.settings_models import flag_name
+from rlstack.launcher.settings_models import flag_name, setting_paths, settings_class
 
 INFERENCE, TRAINER = "rlstack.inference", "rlstack.trainer"
 SHARED = {"rlstack.proxy": "routes", "rlstack.envs": "routes", "rlstack.batcher": "names"}
 """The shared services that take the table: the proxy and env servers as routes (JSON), the batcher as names."""
-OWNED = ("served_model_name", "model", "model_family", "batcher_policy", "run_dir", "weights_dir")
-"""The settings the block decides for a tagged service; a tagged service that sets one itself (as a
-flag or a setting) is refused."""
+OWNED = {INFERENCE: ("served_model_name", "model", "model_family", "weights_dir"),
+         TRAINER: ("served_model_name", "model", "batcher_policy", "run_dir", "sync.weights_dir")}
+"""The settings (by path) the block decides for a tagged service; a tagged service that sets one itself
+(as a flag or a setting, by its old name too) is refused."""
 
 
 class PolicyConfigError(ValueError):
@@ -54,7 +56,9 @@ def check(config: RunConfig) -> None:
             raise PolicyConfigError(f"service {spec.name!r} ({spec.module}) names no policy; with several policies each "
                                     f"replica and trainer says which it serves or trains (policy: one of {names})")
         if spec.policy is not None:
-            if owned := [flag_name(f) for f in OWNED if _has(spec.args, flag_name(f)) or f in spec.settings]:
+            model = settings_class(spec.module)
+            args, given = renamed_argv(spec.args, model.renamed, warn=False), setting_paths(model, spec.settings, warn=False)
+            if owned := [flag_name(f) for f in OWNED.get(spec.module, ()) if _has(args, flag_name(f)) or f in given]:
                 raise PolicyConfigError(f"service {spec.name!r}: {', '.join(owned)} come from policy {spec.policy!r}'s "
                                         "declaration; leave them out of its args and settings")
     for p in config.policies:
@@ -80,7 +84,7 @@ def _settings(spec: ServiceSpec, decl: PolicyDecl) -> dict[str, Any]:
         return {"served_model_name": decl.name, "model": decl.model, **family, "weights_dir": here + "/weights"}
     if spec.module == TRAINER:
         return {"served_model_name": decl.name, "model": decl.model, "batcher_policy": decl.name,
-                "run_dir": here, "weights_dir": here + "/weights"}
+                "run_dir": here, "sync.weights_dir": here + "/weights"}
     return {}
 
 

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from rlstack.launcher.settings_models import SETTINGS, flag_name, setting_text, settings_class
+from rlstack.launcher.settings_models import (
+    SETTINGS,
+    flag_name,
+    setting_paths,
+    setting_text,
+    settings_class,
+)
 
 if TYPE_CHECKING:
     from rlstack.launcher.config import ServiceSpec
@@ -29,7 +35,7 @@ __all__ = ["SETTINGS", "ServiceSettingsError", "as_flags", "command_args", "reso
 
 
 def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = None) -> list[str]:
-    """``--field-name value`` for each setting: text formatted with the run's addresses (``{run_dir}``),
+    """``--field-name value`` for each setting by path (``setting_paths``; a group's as ``--group.field``): text formatted with the run's addresses (``{run_dir}``),
     ``True``/``False`` as ``--x``/``--no-x``, ``None`` as ``null`` (every setting's "off"), lists and
     maps as JSON (never formatted: their braces are data)."""
     out: list[str] = []
@@ -47,7 +53,8 @@ def command_args(spec: ServiceSpec, addresses: Mapping[str, Any]) -> list[str]:
     """The flags ``python -m <module>`` starts with: the config's ``args``, then its ``settings``. A config
     gives a setting once (``ServiceSpec``); what ``rlstack up`` sets over it (a model, a family: single
     values) comes last, and a single value given twice takes the last."""
-    return [a.format(**addresses) for a in spec.args] + as_flags(spec.settings, addresses)
+    paths = setting_paths(settings_class(spec.module), spec.settings, warn=False) if spec.settings else {}
+    return [a.format(**addresses) for a in spec.args] + as_flags(paths, addresses)
 
 
 def stand_in_addresses(services: Sequence[ServiceSpec], run_dir: str = "runs/dryrun") -> dict[str, Any]:

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from rlstack.common.renamed_settings import renamed_data
 
 if TYPE_CHECKING:
     from rlstack.common.settings import ServiceSettings
@@ -25,9 +30,30 @@ def settings_class(module: str) -> type[ServiceSettings]:
     return getattr(importlib.import_module(target), name)
 
 
-def flag_name(field: str, negated: bool = False) -> str:
-    """A setting's command-line flag (pydantic-settings' kebab case): ``pack_tokens`` -> ``--pack-tokens``."""
-    return ("--no-" if negated else "--") + field.replace("_", "-")
+def flag_name(path: str, negated: bool = False) -> str:
+    """A setting's command-line flag (pydantic-settings' kebab case, a group's field after a dot):
+    ``model`` -> ``--model``, ``packing.row_tokens`` -> ``--packing.row-tokens``."""
+    return ("--no-" if negated else "--") + path.replace("_", "-")
+
+
+def setting_paths(model: type[BaseModel], values: Mapping[str, Any], prefix: str = "", warn: bool = True) -> dict[str, Any]:
+    """Settings by path (``packing.row_tokens``), whether given as a group (``packing: {row_tokens: 512}``),
+    as a dotted key or by an old flat name (moved, warned). Raises ValueError naming a key the model lacks."""
+    values = renamed_data(dict(values), getattr(model, "renamed", {}), warn) if not prefix else values
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        head, dot, rest = key.partition(".")
+        field = model.model_fields.get(head)
+        if field is None:
+            raise ValueError(f"{prefix}{head} not a setting")
+        group = field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel) else None
+        if group is not None and dot:
+            out |= setting_paths(group, {rest: value}, f"{prefix}{head}.")
+        elif group is not None and isinstance(value, Mapping):
+            out |= setting_paths(group, value, f"{prefix}{head}.")
+        else:
+            out[prefix + key] = value
+    return out
 
 
 def setting_text(value: Any) -> str:  # noqa: ANN401 - a setting's value

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.fields import FieldInfo
 
+from rlstack.common.renamed_settings import NESTED
 from rlstack.launcher.settings_models import setting_text, settings_class
 
 MISSING = object()
@@ -29,14 +31,27 @@ class ChartSetting(BaseModel):
     module: str
     """The service whose container gets it (``rlstack.trainer``)."""
     field: str
-    """Its name in that service's settings model (``pack_tokens``)."""
+    """Its path in that service's settings model (``packing.row_tokens``)."""
     example: Any
     """A value other than the setting's default, for the chart's test."""
     off: bool = False
     """Null in the values turns the setting off (None); else a null value leaves the service's default."""
 
+    def field_info(self) -> FieldInfo:
+        """The setting's declaration in its settings model (a group's field through the group)."""
+        model: Any = settings_class(self.module)
+        *groups, leaf = self.field.split(".")
+        for group in groups:
+            model = model.model_fields[group].annotation
+        return model.model_fields[leaf]
+
+    def read(self, settings: Any) -> Any:  # noqa: ANN401 - a service's settings, a setting's value
+        for part in self.field.split("."):
+            settings = getattr(settings, part)
+        return settings
+
     def env_var(self) -> str:
-        return settings_class(self.module).model_config.get("env_prefix", "") + self.field.upper()
+        return settings_class(self.module).model_config.get("env_prefix", "") + self.field.replace(".", NESTED).upper()
 
 
 def _rows(module: str, *rows: tuple[str, str, Any] | tuple[str, str, Any, bool]) -> tuple[ChartSetting, ...]:
@@ -51,8 +66,15 @@ CHART_SETTINGS: tuple[ChartSetting, ...] = (
            ("inference.device", "device", "cuda"), ("inference.tensorParallelSize", "tensor_parallel_size", 2),
            ("model.servedName", "served_model_name", "my-policy"), ("model.family", "model_family", "qwen3")),
     *_rows("rlstack.trainer", ("trainer.port", "port", 8411), ("model.servedName", "served_model_name", "my-policy"),
-           ("trainer.packTokens", "pack_tokens", 2048), ("trainer.sharePrefix", "share_prefix", 32, True),
-           ("trainer.learningRate", "lr", 3e-05), ("trainer.batchSize", "batch_size", 16)),
+           ("trainer.packTokens", "packing.row_tokens", 2048),
+           ("trainer.sharePrefix", "packing.share_prefix", 32, True), ("trainer.learningRate", "optimisation.lr", 3e-05),
+           ("trainer.batchSize", "batch_size", 16), ("trainer.evalEvery", "evaluation.every", 5)),
+    *_rows("rlstack.envs", ("sandboxes.reaper.enabled", "sandbox.reaper", True), ("sandboxes.reaper.ttlSeconds", "sandbox.ttl_seconds", 600.0),
+           ("sandboxes.reaper.graceSeconds", "sandbox.grace_seconds", 30.0), ("sandboxes.environment", "sandbox.environment", "host"),
+           ("sandboxes.bundleSource", "sandbox.bundle_source", "volume"),
+           ("sandboxes.imagePullPolicy", "sandbox.image_pull_policy", "Always"),
+           ("sandboxes.warmPool.maxTotal", "sandbox.pool_max_total", 4), ("sandboxes.warmPool.maxPerImage", "sandbox.pool_max_per_image", 2),
+           ("sandboxes.warmPool.idleSeconds", "sandbox.pool_idle_seconds", 900)),
 )
 """Every chart value that is one service's setting as it stands (values the chart derives a setting
 from, such as URLs, directories and the model's path, are the chart's own and not here)."""

@@ -69,11 +69,11 @@ class Finding(BaseModel):
 
 def trainer_shape(settings: Any, gpus: int = 1) -> TrainerShape:  # noqa: ANN401 - a TrainerSettings
     """The trainer's memory-relevant settings."""
-    tokens = settings.pack_tokens or settings.micro_batch_size * settings.max_token_len
-    return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=settings.activation_checkpointing,
-                        cpu_offload=settings.cpu_offload, logprob_chunk=settings.logprob_chunk,
-                        lora_base_bytes=4 if settings.lora_base_dtype == "float32" else 2,
-                        share_prefix=settings.prefix_trees)
+    tokens = settings.packing.row_tokens or settings.packing.micro_batch_size * settings.max_token_len
+    return TrainerShape(gpus=gpus, tokens_per_micro_batch=tokens, activation_checkpointing=settings.optimisation.activation_checkpointing,
+                        cpu_offload=settings.optimisation.cpu_offload, logprob_chunk=settings.packing.logprob_chunk,
+                        lora_base_bytes=4 if settings.lora.base_dtype == "float32" else 2,
+                        share_prefix=settings.packing.prefix_trees)
 
 
 def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
@@ -125,7 +125,7 @@ def plan_from_run_config(path: Path, data: dict) -> tuple[Plan, list[Finding]]:
     inference, trainer = resolved.get("rlstack.inference"), resolved.get("rlstack.trainer")
     plan = Plan(source=str(path), model=(trainer.model if trainer else None) or (inference.model if inference else None) or "models/tiny",
                 device=inference.device if inference else "cpu", tensor_parallel_size=inference.tensor_parallel_size if inference else 1,
-                sync_mode=trainer.sync_mode if trainer else "filesystem", lora_rank=trainer.lora_rank if trainer else None,
+                sync_mode=trainer.sync.mode if trainer else "filesystem", lora_rank=trainer.lora.rank if trainer else None,
                 max_lora_rank=inference.max_lora_rank if inference else 16, shared_gpu=True,
                 ports={s.name: s.port for s in config.services if s.port}, trainer=trainer_shape(trainer) if trainer else TrainerShape())
     if inference and trainer and inference.model != trainer.model:
@@ -157,8 +157,8 @@ def plan_from_values(path: Path, data: dict, model_dir: str | None) -> tuple[Pla
     where = ChartModel(model=model_dir) if model_dir else chart_model(data)
     plan = Plan(source=str(path), model=where.model, model_revision=where.revision, model_hint=where.hint,
                 device=inference_settings.device if "device" in inference else "cuda",  # the chart's default
-                tensor_parallel_size=inference_settings.tensor_parallel_size, sync_mode=trainer_settings.sync_mode,
-                lora_rank=trainer_settings.lora_rank, max_lora_rank=inference_settings.max_lora_rank,
+                tensor_parallel_size=inference_settings.tensor_parallel_size, sync_mode=trainer_settings.sync.mode,
+                lora_rank=trainer_settings.lora.rank, max_lora_rank=inference_settings.max_lora_rank,
                 gpu_memory_gib=float(data.get("gpuMemoryGiB", 80)), shared_gpu=False, ports=ports,
                 trainer=trainer_shape(trainer_settings,
                                       gpus=int(trainer.get("gpus", 1) or 1) * int(trainer.get("nodes", 1) or 1)))
@@ -312,8 +312,8 @@ def refusal(parts: dict[str, float], shape: TrainerShape, gpu_gib: float) -> str
     """Why the trainer cannot fit, and the settings that shrink the largest part."""
     largest = max((k for k in parts if k != "total"), key=parts.get)
     fixes = {
-        "states": "shard over more GPUs (torchrun --nproc-per-node), set cpu_offload, or train LoRA (lora_rank)",
-        "activations": "set activation_checkpointing, or lower pack_tokens / micro_batch_size x max_token_len",
+        "states": "shard over more GPUs (torchrun --nproc-per-node), set optimisation.cpu_offload, or train LoRA (lora.rank)",
+        "activations": "set optimisation.activation_checkpointing, or lower packing.row_tokens / packing.micro_batch_size x max_token_len",
         "gathered_weights": "use more GPUs or a smaller model",
         "logits": "lower logprob_chunk",
         "overhead": "use a larger GPU",

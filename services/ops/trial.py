@@ -183,16 +183,17 @@ async def _trial(req: TrialRequest, task: HarborTask, trials_dir: Path, proxy_ur
     from rlstack.envs.harbor_tasks import HarborTasks
     from rlstack.envs.runner import EnvMetrics
 
-    fields: dict = {"agent_command": req.agent_command} if req.agent_command else {}
-    if proxy_url:  # oracle and nop call no model: the env's default address is never dialled
-        fields["proxy_url"] = proxy_url
-    if req.agent in ("builtin", "claude-code", "codex", "opencode") and not req.agent_command:
-        fields["agent"] = req.agent
+    agent: dict = {"max_turns": req.max_turns, "timeout_seconds": req.agent_timeout_seconds}
+    if req.agent_command:
+        agent["command"] = req.agent_command
+    elif req.agent in ("builtin", "claude-code", "codex", "opencode"):
+        agent["name"] = req.agent
+    fields: dict = {"proxy_url": proxy_url} if proxy_url else {}  # oracle and nop call no model: never dialled
     # No registry: one trial needs no weight version, and its token limit is not checked (nothing is posted).
     settings = EnvSettings(task="harbor", tasks_dir=task.path, run_id=req.run, name="trial", trial_key_secret=secret,
-                           trials_dir=trials_dir, group_size=1, max_concurrent_trials=1, agent_max_turns=req.max_turns, max_tokens=req.max_tokens,
-                           temperature=req.temperature, agent_timeout_seconds=req.agent_timeout_seconds,
-                           trial_retries=0, sandbox_environment=req.environment, **fields)
+                           trials_dir=trials_dir, group_size=1, max_concurrent_trials=1, max_tokens=req.max_tokens,
+                           temperature=req.temperature, agent=agent, scoring={"retries": 0},
+                           sandbox={"environment": req.environment}, **fields)
     metrics = CollectorRegistry()
     # The dataset is the task alone: the agent's sandbox hides its directory, nothing around it.
     runner = HarborEnvRunner(settings, EnvMetrics(metrics), HarborMetrics(metrics),

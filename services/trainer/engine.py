@@ -33,23 +33,23 @@ log = logging.getLogger(__name__)
 def base_dtype(settings: TrainerSettings, device: torch.device) -> torch.dtype:
     """Full fine-tuning keeps float32 master weights (FSDP computes in bf16 on GPUs); a LoRA base is
     frozen, so on a GPU it is held in bf16 (half the memory) unless float32 is asked for."""
-    if settings.lora_rank is None or settings.lora_base_dtype == "float32":
+    if settings.lora.rank is None or settings.lora.base_dtype == "float32":
         return torch.float32
-    if settings.lora_base_dtype == "bfloat16":
+    if settings.lora.base_dtype == "bfloat16":
         return torch.bfloat16
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def computes_in_bf16(settings: TrainerSettings, device: torch.device) -> bool:
     """``mixed_precision`` resolved for the device the policy trains on (auto: bf16 on GPUs only)."""
-    if settings.mixed_precision == "auto":
+    if settings.optimisation.mixed_precision == "auto":
         return device.type == "cuda"
-    return settings.mixed_precision == "bf16"
+    return settings.optimisation.mixed_precision == "bf16"
 
 
 def attn_implementation(settings: TrainerSettings) -> str:
-    """The transformers ``attn_implementation`` for ``settings.attention`` (ours is registered first)."""
-    return attention.register() if settings.attention == "varlen" else settings.attention
+    """The transformers ``attn_implementation`` for ``settings.packing.attention`` (ours is registered first)."""
+    return attention.register() if settings.packing.attention == "varlen" else settings.packing.attention
 
 
 def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dtype = torch.float32,  # noqa: ANN201 - a transformers or peft model
@@ -64,7 +64,7 @@ def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dty
     hf_resume = resume if resume is not None and checkpoint.kind(resume) == "hf" else None
     if base is not None:
         base.set_attn_implementation(attn)
-    if settings.lora_rank is None:
+    if settings.lora.rank is None:
         if base is not None and hf_resume is None:
             return base
         return AutoModelForCausalLM.from_pretrained(hf_resume or settings.model, dtype=torch.float32, attn_implementation=attn)
@@ -74,7 +74,7 @@ def load_policy(settings: TrainerSettings, resume: Path | None, dtype: torch.dty
         base = AutoModelForCausalLM.from_pretrained(settings.model, dtype=dtype, attn_implementation=attn)
     if hf_resume is not None:
         return PeftModel.from_pretrained(base, hf_resume, is_trainable=True)
-    config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=settings.lora_target_modules,
+    config = LoraConfig(r=settings.lora.rank, lora_alpha=settings.lora.alpha, target_modules=settings.lora.target_modules,
                         lora_dropout=0.0, task_type="CAUSAL_LM")
     return get_peft_model(base, config)  # adapter weights stay float32 over a bf16 base (peft's default)
 
@@ -121,25 +121,25 @@ class Engine:
     def load(self, resume: Path | None, base: torch.nn.Module | None = None) -> None:
         """``base``: an already built model to train instead of loading ``settings.model`` (benchmarks)."""
         ctx, s = self.ctx, self.s
-        if s.sync_mode == "ipc" and self.ipc_source is None:
+        if s.sync.mode == "ipc" and self.ipc_source is None:
             from rlstack.trainer.sync.ipc import cuda_source
 
             self.ipc_source = cuda_source(ctx.device)  # refuses without CUDA: ipc shares GPU memory
         model = load_policy(s, resume, base_dtype(s, ctx.device), base)
-        if s.activation_checkpointing:
+        if s.optimisation.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        policy = PolicyLogprobs(model, s.logprob_chunk)
+        policy = PolicyLogprobs(model, s.packing.logprob_chunk)
         if ctx.launched:
-            shard(policy, model, ctx, mixed_precision=computes_in_bf16(s, ctx.device), cpu_offload=s.cpu_offload)
-            if not s.cpu_offload:
+            shard(policy, model, ctx, mixed_precision=computes_in_bf16(s, ctx.device), cpu_offload=s.optimisation.cpu_offload)
+            if not s.optimisation.cpu_offload:
                 policy.to(ctx.device)
         elif ctx.device.type == "cuda":
             policy.cuda()
         self.model, self.policy = model, policy
         trainable = [p for p in policy.parameters() if p.requires_grad]
         # One fused kernel per step on GPUs instead of foreach's few per parameter group.
-        fused = ctx.device.type == "cuda" and not s.cpu_offload
-        self.optimizer = torch.optim.AdamW(trainable, lr=s.lr, weight_decay=s.weight_decay, fused=fused)
+        fused = ctx.device.type == "cuda" and not s.optimisation.cpu_offload
+        self.optimizer = torch.optim.AdamW(trainable, lr=s.optimisation.lr, weight_decay=s.optimisation.weight_decay, fused=fused)
         if resume is not None:
             checkpoint.load_training_state(resume, policy, self.optimizer, sharded=ctx.launched)
 
@@ -150,10 +150,10 @@ class Engine:
         mismatch = MismatchAccumulator()
         rows = pick_rows(batch, version, self.versions, self.s.mismatch_sample, seed=version)
         bf16 = computes_in_bf16(self.s, self.ctx.device)
-        score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.micro_batch_size, self.ctx, bf16=bf16)
-        return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.micro_batch_size, self.s.max_grad_norm,
-                         version, pack_tokens=self.s.pack_tokens, ctx=self.ctx, mismatch=mismatch,
-                         share_prefix=self.s.prefix_trees, bf16=bf16)
+        score_sample(self.policy, batch, rows, self.versions, mismatch, self.s.packing.micro_batch_size, self.ctx, bf16=bf16)
+        return grpo_step(self.policy, self.optimizer, batch, self.s.loss, self.s.packing.micro_batch_size, self.s.optimisation.max_grad_norm,
+                         version, pack_tokens=self.s.packing.row_tokens, ctx=self.ctx, mismatch=mismatch,
+                         share_prefix=self.s.packing.prefix_trees, bf16=bf16)
 
     def remember(self, version: int) -> None:
         """Keep the current weights as ``version`` (called when they are published)."""

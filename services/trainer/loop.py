@@ -80,13 +80,13 @@ class TrainingLoop:
         self.registry: RegistryClient | None = None
         self.watch: ReplicaWatch | None = None
         """The policy's replicas in the registry, when the trainer publishes to them (one client, shared)."""
-        if settings.sync_mode != "none" and settings.registry_url is not None:
+        if settings.sync.mode != "none" and settings.registry_url is not None:
             from rlstack.common.registry_client import RegistryClient
 
             self.registry = RegistryClient(str(settings.registry_url))
             self.watch = ReplicaWatch(self.registry, settings.served_model_name)
         self.publisher = build_publisher(settings, self.registry)
-        self.evaluator = Evaluator(settings.eval_url, settings.eval_token, self.evals_path, metrics) if settings.eval_url else None
+        self.evaluator = Evaluator(settings.evaluation.url, settings.evaluation.token, self.evals_path, metrics) if settings.evaluation.url else None
         self.tracker: WandbTracker | None = None
         self.recent_rewards: deque[float] = deque(maxlen=10)
         """The last 10 steps' mean reward, for /status (kept here, not re-read from metrics.jsonl)."""
@@ -169,7 +169,7 @@ class TrainingLoop:
         stats = await asyncio.to_thread(self.engine.call, "step", groups, self.step)
         self.step += 1
         sync_seconds = None
-        if self.step % self.s.sync_every == 0 or self.step == self.s.steps:
+        if self.step % self.s.sync.every == 0 or self.step == self.s.steps:
             sync_seconds = await self._publish()
         record = StepRecord.of(stats, step=self.step, weight_version=self.weight_version, waited=waited, sync_seconds=sync_seconds,
                                sampled=[v for g in groups for v in row_versions(g)],
@@ -211,7 +211,7 @@ class TrainingLoop:
         self.status.phase = "training"
         while self.step < self.s.steps:
             await self.train_one()
-            if self.s.eval_every and self.step % self.s.eval_every == 0 and self.step < self.s.steps:
+            if self.s.evaluation.every and self.step % self.s.evaluation.every == 0 and self.step < self.s.steps:
                 await self._eval_round("during")
                 self.status.phase = "training"
         self.status.eval_after = await self._eval_round("after")
@@ -230,7 +230,7 @@ class TrainingLoop:
         evals = read_lines(self.evals_path, EvalRecord)
         trials = trial_stats(self.s.trials_dir)
         summary = summarize(records, policy=self.s.policy, weight_version=self.weight_version, trajectories=count_trajectories(self.s.trials_dir),
-                            sync_mode=self.s.sync_mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
+                            sync_mode=self.s.sync.mode, eval_before=self.status.eval_before, eval_after=self.status.eval_after,
                             model=str(self.s.model), seconds=time.monotonic() - self.started, evals=evals,
                             model_info=model_info(str(self.s.model), self.trainer_dtype, sorted(self.served_dtypes)), seed=self.s.seed,
                             agent=trials.agent if trials else None, merge_share=trials.merge_share if trials else None,
@@ -239,7 +239,7 @@ class TrainingLoop:
         if self.tracker is not None:
             self.tracker.finish(summary)
         if records:
-            plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync_mode} sync)", evals)
+            plot(records, self.run_dir / "reward.png", f"GRPO on {Path(self.s.model).name} ({self.s.sync.mode} sync)", evals)
         self.status.phase = "done"
         log.info("done: %s", summary.model_dump_json())
 

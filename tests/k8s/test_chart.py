@@ -244,8 +244,9 @@ def test_every_setting_the_chart_passes_is_one_the_service_reads(rendered, monke
         ours = [e for e in container["env"] if e["name"].startswith(prefix)]
         assert ours, d["metadata"]["name"]
         for e in ours:
-            field = e["name"].removeprefix(prefix).lower()
-            assert field in cls.model_fields, f"{d['metadata']['name']}: {e['name']} is not a setting of {cls.__name__}"
+            field, _, inner = e["name"].removeprefix(prefix).lower().partition("__")  # a group's: GROUP__FIELD
+            known = field in cls.model_fields and (not inner or inner in cls.model_fields[field].annotation.model_fields)
+            assert known, f"{d['metadata']['name']}: {e['name']} is not a setting of {cls.__name__}"
         with monkeypatch.context() as m:
             for e in ours:  # what the kubelet would substitute: downward-API fields, $(VAR) references
                 m.setenv(e["name"], e.get("value", "from-a-secret-or-field").replace("$(POD_IP)", "10.0.0.1").replace("$(POD_NAME)", "pod-0"))
@@ -269,24 +270,26 @@ def trainer_env(*extra: str) -> list[dict]:
 
 def test_the_trainer_packs_rows_by_default_and_pads_them_when_asked():
     def pack(env: list[dict]) -> list[str]:
-        return [e["value"] for e in env if e["name"] == "RLSTACK_TRAINER_PACK_TOKENS"]
+        return [e["value"] for e in env if e["name"] in ("RLSTACK_TRAINER_PACKING__ROW_TOKENS", "RLSTACK_TRAINER_PACK_TOKENS")]
 
     assert pack(trainer_env()) == ["16384"]
     assert pack(trainer_env("--set", "trainer.packTokens=32768")) == ["32768"]
     assert pack(trainer_env("--set", "trainer.packTokens=null")) == []  # padded micro-batches
-    assert pack(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_PACK_TOKENS=8192")) == ["8192"]  # one entry: trainer.env wins
+    assert pack(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_PACKING__ROW_TOKENS=8192")) == ["8192"]  # one entry: trainer.env wins
+    assert pack(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_PACK_TOKENS=8192")) == ["8192"]  # by its old name too
     refused = helm("template", "rl", str(CHART), "--set", "trainer.packTokens=8")
     assert refused.returncode != 0 and "packTokens" in refused.stderr
 
 
 def test_the_trainer_shares_prefixes_by_default_and_not_when_asked():
     def share(env: list[dict]) -> list[str]:
-        return [e["value"] for e in env if e["name"] == "RLSTACK_TRAINER_SHARE_PREFIX"]
+        return [e["value"] for e in env if e["name"] in ("RLSTACK_TRAINER_PACKING__SHARE_PREFIX", "RLSTACK_TRAINER_SHARE_PREFIX")]
 
     assert share(trainer_env()) == ["64"]
     assert share(trainer_env("--set", "trainer.sharePrefix=512")) == ["512"]
     assert share(trainer_env("--set", "trainer.sharePrefix=null")) == ["null"]  # off (the trainer's own default is on)
-    assert share(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_SHARE_PREFIX=128")) == ["128"]
+    assert share(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_PACKING__SHARE_PREFIX=128")) == ["128"]
+    assert share(trainer_env("--set", "trainer.env.RLSTACK_TRAINER_SHARE_PREFIX=128")) == ["128"]  # by its old name too
     refused = helm("template", "rl", str(CHART), "--set", "trainer.sharePrefix=0")
     assert refused.returncode != 0 and "sharePrefix" in refused.stderr
 
@@ -313,14 +316,14 @@ def test_agent_values_run_trials_as_pods_on_the_shared_trials_volume():
     env = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("env-agent"))
     spec = env["spec"]["template"]["spec"]
     values = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-    assert values["RLSTACK_ENV_TASK"] == "harbor" and values["RLSTACK_ENV_SANDBOX"] == "kubernetes"
-    assert values["RLSTACK_ENV_TRIALS_DIR"] == "/data/trials" and values["RLSTACK_ENV_SANDBOX_TRIALS_SUBPATH"] == "trials"
+    assert values["RLSTACK_ENV_TASK"] == "harbor" and values["RLSTACK_ENV_SANDBOX__BACKEND"] == "kubernetes"
+    assert values["RLSTACK_ENV_TRIALS_DIR"] == "/data/trials" and values["RLSTACK_ENV_SANDBOX__TRIALS_SUBPATH"] == "trials"
     # the trial journal: on the volume (it outlives the pod), outside the subpath trial pods mount (an
     # agent that could write a "ready" line would post a group of its own making)
     assert values["RLSTACK_ENV_JOURNAL_DIR"] == "/data/env-journal"
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
-    assert values["RLSTACK_ENV_SANDBOX_CLAIM"] == claim  # trial pods mount the claim the env server reads
-    assert values["RLSTACK_ENV_SANDBOX_IMAGE"] == spec["containers"][0]["image"]
+    assert values["RLSTACK_ENV_SANDBOX__CLAIM"] == claim  # trial pods mount the claim the env server reads
+    assert values["RLSTACK_ENV_SANDBOX__IMAGE"] == spec["containers"][0]["image"]
     assert spec["serviceAccountName"].endswith("sandbox-manager")
     proxy = next(d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-proxy"))
     proxy_env = {e["name"]: e.get("value") for e in proxy["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -29,7 +29,7 @@ SINGLE_POLICY_RENDERS: dict[str, tuple[str, ...]] = {
     "trainer-deployment": ("values.yaml", "--set", "trainer.workload=Deployment"),
     "trainer-run-id-kueue": ("values.yaml", "--set", "trainer.runId=r2", "--set", "trainer.kueue.queueName=gpu"),
     "trainer-wandb": ("values.yaml", "--set", "trainer.wandb.project=rl", "--set", "trainer.wandb.apiKeySecret=wandb"),
-    "trainer-broadcast": ("values.yaml", "--set", "trainer.env.RLSTACK_TRAINER_SYNC_MODE=broadcast"),
+    "trainer-broadcast": ("values.yaml", "--set", "trainer.env.RLSTACK_TRAINER_SYNC__MODE=broadcast"),
     "inference-keda": ("values.yaml", *KEDA),
     "inference-hpa": ("values.yaml", *KEDA, "--set", "inference.autoscaling.type=hpa", "--set", "proxy.autoscaling.enabled=true"),
     "inference-pp2-no-shm": ("values.yaml", "--set", "inference.pipelineParallelSize=2", "--set", "inference.shmSize="),
@@ -104,7 +104,7 @@ def test_two_policies_have_their_own_replicas_and_trainer_and_share_the_rest():
         assert served["RLSTACK_INFERENCE_SERVED_MODEL_NAME"] == trained["RLSTACK_TRAINER_SERVED_MODEL_NAME"] == p
         assert trained["RLSTACK_TRAINER_BATCHER_POLICY"] == p
         assert trained["RLSTACK_TRAINER_RUN_DIR"] == f"/data/runs/rl/policies/{p}"
-        assert served["RLSTACK_INFERENCE_WEIGHTS_DIR"] == trained["RLSTACK_TRAINER_WEIGHTS_DIR"] == f"/data/weights/rl/policies/{p}"
+        assert served["RLSTACK_INFERENCE_WEIGHTS_DIR"] == trained["RLSTACK_TRAINER_SYNC__WEIGHTS_DIR"] == f"/data/weights/rl/policies/{p}"
         assert served["RLSTACK_INFERENCE_MODEL"] == trained["RLSTACK_TRAINER_MODEL"]
     # Each its own model (lead's block names one; helper keeps the top-level one), fetched by a Job each.
     lead_model, helper_model = (env(replicas[p]["spec"]["template"])["RLSTACK_INFERENCE_MODEL"] for p in ("lead", "helper"))
@@ -113,8 +113,8 @@ def test_two_policies_have_their_own_replicas_and_trainer_and_share_the_rest():
                if j["metadata"]["labels"]["app.kubernetes.io/component"] == "model"}
     assert fetched == {lead_model, helper_model}
     # Only the first policy's trainer evaluates (the env's held-out score is the team's).
-    assert "RLSTACK_TRAINER_EVAL_URL" in env(trainers["lead"]["spec"]["template"])
-    assert "RLSTACK_TRAINER_EVAL_URL" not in env(trainers["helper"]["spec"]["template"])
+    assert "RLSTACK_TRAINER_EVALUATION__URL" in env(trainers["lead"]["spec"]["template"])
+    assert "RLSTACK_TRAINER_EVALUATION__URL" not in env(trainers["helper"]["spec"]["template"])
     # One Service per Deployment and trainer, each selecting its own policy's pods.
     services = named(objects, "Service")
     for p in ("lead", "helper"):
@@ -132,7 +132,7 @@ def test_two_policies_have_their_own_replicas_and_trainer_and_share_the_rest():
     assert table.route("claude-sonnet-4-5", "messages") == "lead" and table.route("claude-haiku-4-5", "messages") == "helper"
     assert json.loads(batcher["RLSTACK_BATCHER_POLICIES"]) == ["lead", "helper"]
     assert proxy["RLSTACK_PROXY_SERVED_MODEL_NAME"] == envs["RLSTACK_ENV_SERVED_MODEL_NAME"] == "lead"
-    assert envs["RLSTACK_ENV_SUB_AGENT_POLICY"] == "helper"
+    assert envs["RLSTACK_ENV_AGENT__SUB_AGENT_POLICY"] == "helper"
     # The registry watches every policy's replicas; the inference NetworkPolicy covers them all.
     registry = env(deployments["rl-rlstack-registry"]["spec"]["template"])
     watched = json.loads(registry["RLSTACK_REGISTRY_KUBE_REPLICA_SELECTOR"])
@@ -185,10 +185,10 @@ def test_policies_on_one_model_share_its_job_and_a_policys_blocks_override_the_t
     assert (a["replicas"], b["replicas"]) == (1, 2)
     assert "tolerations" not in a["template"]["spec"] and b["template"]["spec"]["tolerations"]  # a list replaced, even by []
     trainers = {p: env(jobs[f"rl-rlstack-trainer-{p}"]["spec"]["template"]) for p in ("a", "b")}
-    assert trainers["a"]["RLSTACK_TRAINER_LR"] == "2e-05" and "RLSTACK_TRAINER_PACK_TOKENS" not in trainers["a"]  # null turns it off
-    assert trainers["b"]["RLSTACK_TRAINER_PACK_TOKENS"] == "16384" and "RLSTACK_TRAINER_LR" not in trainers["b"]
+    assert trainers["a"]["RLSTACK_TRAINER_OPTIMISATION__LR"] == "2e-05" and "RLSTACK_TRAINER_PACKING__ROW_TOKENS" not in trainers["a"]  # null turns it off
+    assert trainers["b"]["RLSTACK_TRAINER_PACKING__ROW_TOKENS"] == "16384" and "RLSTACK_TRAINER_OPTIMISATION__LR" not in trainers["b"]
     # evalEvery: the first policy's trainer, and one whose own block sets it; the top-level value is the first's.
-    assert (trainers["a"]["RLSTACK_TRAINER_EVAL_EVERY"], trainers["b"]["RLSTACK_TRAINER_EVAL_EVERY"]) == ("10", "5")
+    assert (trainers["a"]["RLSTACK_TRAINER_EVALUATION__EVERY"], trainers["b"]["RLSTACK_TRAINER_EVALUATION__EVERY"]) == ("10", "5")
     # One policy's trainer over two nodes: its own Indexed Job and peers Service, and the NetworkPolicy that lets
     # trainer pods meet (it selects every policy's trainer, and opens the trainer port as the plain one would).
     indexed = [j for name, j in jobs.items() if name.startswith("rl-rlstack-trainer-c")]

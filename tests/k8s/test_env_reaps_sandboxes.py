@@ -22,9 +22,9 @@ def test_env_server_reaps_its_finished_sandboxes_and_leaves_the_rest(service_fac
     batcher = service_factory("batcher", ["--data-dir", str(tmp_path / "batcher")])
     httpx.post(f"{batcher.url}/register", json=trainer_registration()).raise_for_status()  # lets the env register
     service_factory("envs", ["--batcher-url", batcher.url, "--proxy-url", "http://127.0.0.1:9", "--run-id", "r1", "--group-size", "2"], env={
-        "RLSTACK_ENV_SANDBOX_REAPER": "true", "RLSTACK_ENV_SANDBOX_GRACE_SECONDS": "0",
-        "RLSTACK_ENV_SANDBOX_REAP_INTERVAL_SECONDS": "0.2", "RLSTACK_ENV_KUBE_API_URL": kube_api.url,
-        "RLSTACK_ENV_KUBE_NAMESPACE": NS, "RLSTACK_ENV_POD_NAME": "env-0", "RLSTACK_ENV_POD_UID": "env-uid"})
+        "RLSTACK_ENV_SANDBOX__REAPER": "true", "RLSTACK_ENV_SANDBOX__GRACE_SECONDS": "0",
+        "RLSTACK_ENV_SANDBOX__REAP_INTERVAL_SECONDS": "0.2", "RLSTACK_ENV_KUBE__API_URL": kube_api.url,
+        "RLSTACK_ENV_KUBE__NAMESPACE": NS, "RLSTACK_ENV_KUBE__POD_NAME": "env-0", "RLSTACK_ENV_KUBE__POD_UID": "env-uid"})
 
     wait_until(lambda: (NS, "sbx-done") not in kube_api.pods, timeout=20)
     assert {name for _, name in kube_api.pods} == {"sbx-busy", "sbx-not-mine"}

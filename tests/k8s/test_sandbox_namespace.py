@@ -63,8 +63,8 @@ def test_chart_makes_the_namespace_at_its_pod_security_level_its_claim_and_the_e
     assert claim["spec"]["storageClassName"] == "" == volume["spec"]["storageClassName"]  # bound statically, never provisioned
     spec = env_server(objs)
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
-    assert env["RLSTACK_ENV_KUBE_NAMESPACE"]["value"] == SBX
-    assert env["RLSTACK_ENV_SANDBOX_CLAIM"]["value"] == claim["metadata"]["name"]
+    assert env["RLSTACK_ENV_KUBE__NAMESPACE"]["value"] == SBX
+    assert env["RLSTACK_ENV_SANDBOX__CLAIM"]["value"] == claim["metadata"]["name"]
     assert env["RLSTACK_SANDBOX_OWNER_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     roles = {(r["metadata"].get("namespace"), r["metadata"]["name"]) for r in by_kind(objs, "Role")}
     assert (SBX, "rl-rlstack-sandbox-manager") in roles and (None, "rl-rlstack-sandbox-manager") in roles  # owner pods: get
@@ -88,13 +88,13 @@ def test_an_existing_claim_there_is_used_and_a_namespace_without_one_is_refused(
                    "--set", "sandboxes.namespace.claim.trialsSubPath=rl/trials", "--set", "sandboxes.namespace.create=false")
     assert not by_kind(objs, "PersistentVolume") and not by_kind(objs, "Namespace")
     env = {e["name"]: e.get("value") for e in env_server(objs)["containers"][0]["env"]}
-    assert env["RLSTACK_ENV_SANDBOX_CLAIM"] == "trials" and env["RLSTACK_ENV_SANDBOX_TRIALS_SUBPATH"] == "rl/trials"
+    assert env["RLSTACK_ENV_SANDBOX__CLAIM"] == "trials" and env["RLSTACK_ENV_SANDBOX__TRIALS_SUBPATH"] == "rl/trials"
     refused = helm("template", "rl", str(CHART), "--namespace", NS, "--set", f"sandboxes.namespace.name={SBX}")
     assert refused.returncode != 0 and "sandboxes.namespace.claim" in refused.stderr
     same = helm("template", "rl", str(CHART), "--namespace", NS, "--set", f"sandboxes.namespace.name={NS}", *EFS[2:])
     assert same.returncode != 0 and "the release's own namespace" in same.stderr
     default = {e["name"]: e.get("value") for e in env_server(objects())["containers"][0]["env"]}
-    assert default["RLSTACK_ENV_KUBE_NAMESPACE"] == NS and default["RLSTACK_ENV_SANDBOX_CLAIM"] == "rl-rlstack-shared"
+    assert default["RLSTACK_ENV_KUBE__NAMESPACE"] == NS and default["RLSTACK_ENV_SANDBOX__CLAIM"] == "rl-rlstack-shared"
 
 
 @pytest.mark.parametrize("version", ["1.31.0", "1.35.0"])

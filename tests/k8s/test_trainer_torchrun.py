@@ -140,7 +140,8 @@ def test_a_long_release_name_still_gives_index_pods_a_valid_hostname():
 @pytest.mark.parametrize(("settings", "complaint"), [
     (["trainer.nodes=2", "trainer.workload=Deployment"], "set trainer.workload=Job"),
     (["trainer.nodes=2", "sharedStorage.accessMode=ReadWriteOnce"], "must be ReadWriteMany"),
-    (["trainer.gpus=2", "trainer.env.RLSTACK_TRAINER_SYNC_MODE=ipc"], "the chart runs them as separate pods"),
+    (["trainer.gpus=2", "trainer.env.RLSTACK_TRAINER_SYNC__MODE=ipc"], "the chart runs them as separate pods"),
+    (["trainer.gpus=2", "trainer.env.RLSTACK_TRAINER_SYNC_MODE=ipc"], "the chart runs them as separate pods"),  # the old name
     (["trainer.nodes=0"], "/trainer/nodes"),
 ])
 def test_impossible_trainer_shapes_are_refused(settings, complaint):

@@ -56,7 +56,7 @@ def test_trainer_template_holds_nothing_a_chart_upgrade_or_another_env_changes(t
     assert trainer_job(upgraded)["spec"]["template"] == before
     agent = trainer_job(objects(*pinned, "-f", str(CHART / "values-agent.yaml")))["spec"]["template"]
     assert agent == before  # the first env went from arithmetic to agent: the eval URL is the stable alias
-    assert env_of(before)["RLSTACK_TRAINER_EVAL_URL"] == "http://rl-rlstack-eval:80"
+    assert env_of(before)["RLSTACK_TRAINER_EVALUATION__URL"] == "http://rl-rlstack-eval:80"
 
 
 def test_the_eval_alias_follows_the_first_env_server():
@@ -74,7 +74,7 @@ def test_a_new_run_id_is_a_new_run_beside_the_old_one():
     job = trainer_job(objs)
     assert job["metadata"]["name"] == "rl-rlstack-trainer-r2"
     trainer = env_of(job["spec"]["template"])
-    assert trainer["RLSTACK_TRAINER_RUN_DIR"] == "/data/runs/rl-r2" and trainer["RLSTACK_TRAINER_WEIGHTS_DIR"] == "/data/weights/rl-r2"
+    assert trainer["RLSTACK_TRAINER_RUN_DIR"] == "/data/runs/rl-r2" and trainer["RLSTACK_TRAINER_SYNC__WEIGHTS_DIR"] == "/data/weights/rl-r2"
     [inference] = component(objs, "Deployment", "inference")
     assert env_of(inference["spec"]["template"])["RLSTACK_INFERENCE_WEIGHTS_DIR"] == "/data/weights/rl-r2"  # base model again
     [batcher] = component(objs, "Deployment", "batcher")

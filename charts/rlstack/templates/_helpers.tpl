@@ -304,7 +304,7 @@ share: one model Job per directory). With none declared, .Values are the release
 {{- if and (eq $model.source.type "claim") (not $model.source.claim.name) -}}
 {{- fail (printf "%smodel.source.type=claim needs model.source.claim.name (an existing PVC holding the model)" $where) -}}
 {{- end -}}
-{{- $sync := get (default dict $trainer.env) "RLSTACK_TRAINER_SYNC_MODE" | default "filesystem" -}}
+{{- $sync := include "rlstack.trainerSyncMode" $trainer.env -}}
 {{- if and (eq $sync "ipc") (gt (int $inference.replicas) 0) -}}
 {{- fail (printf "%sRLSTACK_TRAINER_SYNC_MODE=ipc needs the trainer and the replica in one pod (one shared GPU); the chart runs them as separate pods: use filesystem, lora or broadcast" $where) -}}
 {{- end -}}
@@ -393,3 +393,16 @@ rlstack.dev/not-applied: {{ printf "trainer settings changed after this run star
 rlstack.dev/pod-template-sha256: {{ $sha | quote }}
 {{- end -}}
 {{- end -}}
+
+{{- /* The trainer's sync mode as its env block gives it: RLSTACK_TRAINER_SYNC__MODE, or RLSTACK_TRAINER_SYNC_MODE,
+       its name before the settings were grouped (which the trainer, too, lets win for a release). */ -}}
+{{- define "rlstack.trainerSyncMode" -}}
+{{- $env := default dict . -}}
+{{- get $env "RLSTACK_TRAINER_SYNC_MODE" | default (get $env "RLSTACK_TRAINER_SYNC__MODE") | default "filesystem" -}}
+{{- end }}
+
+{{- /* "true" when an env block gives any of the names (a setting's new name and its old one), else "". */ -}}
+{{- define "rlstack.setsEnv" -}}
+{{- $env := default dict .env -}}
+{{- range .names }}{{ if hasKey $env . }}true{{ end }}{{ end -}}
+{{- end }}

@@ -19,19 +19,19 @@ if TYPE_CHECKING:
 def _filesystem(settings: TrainerSettings, registry: RegistryClient, key: str | None) -> WeightPublisher:
     from rlstack.trainer.sync.filesystem import FilesystemPublisher
 
-    return FilesystemPublisher(settings.sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
+    return FilesystemPublisher(settings.sync_spec.weights_dir, registry, settings.served_model_name, replica_api_key=key)
 
 
 def _broadcast(settings: TrainerSettings, registry: RegistryClient, key: str | None) -> WeightPublisher:
     from rlstack.trainer.sync.broadcast import BroadcastPublisher
 
-    return BroadcastPublisher(registry, settings.served_model_name, trainer_host=settings.sync.host, replica_api_key=key)
+    return BroadcastPublisher(registry, settings.served_model_name, trainer_host=settings.sync_spec.host, replica_api_key=key)
 
 
 def _lora(settings: TrainerSettings, registry: RegistryClient, key: str | None) -> WeightPublisher:
     from rlstack.trainer.sync.lora import LoraPublisher
 
-    return LoraPublisher(settings.sync.weights_dir, registry, settings.served_model_name, replica_api_key=key)
+    return LoraPublisher(settings.sync_spec.weights_dir, registry, settings.served_model_name, replica_api_key=key)
 
 
 def _ipc(settings: TrainerSettings, registry: RegistryClient, key: str | None) -> WeightPublisher:
@@ -46,9 +46,9 @@ PUBLISHERS: dict[str, Callable[[TrainerSettings, RegistryClient, str | None], We
 
 
 def build_publisher(settings: TrainerSettings, registry: RegistryClient | None = None) -> WeightPublisher | None:
-    """The publisher of ``settings.sync_mode`` (None for ``none``), checked unless ``verify_sync`` is off.
+    """The publisher of ``settings.sync.mode`` (None for ``none``), checked unless ``sync.verify`` is off.
     ``registry``: the trainer's one registry client (made here when not given)."""
-    if settings.sync_mode == "none":
+    if settings.sync.mode == "none":
         return None
     if settings.registry_url is None:
         raise ValueError("registry_url is required to sync weights (or set sync_mode=none)")
@@ -58,9 +58,9 @@ def build_publisher(settings: TrainerSettings, registry: RegistryClient | None =
         registry = RegistryClient(str(settings.registry_url))
     key = settings.replica_api_key.get_secret_value() if settings.replica_api_key else None
     publisher = PUBLISHERS[settings.sync.mode](settings, registry, key)
-    if not settings.verify_sync:
+    if not settings.sync.verify:
         return publisher
     from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher
 
-    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.verify_tolerance),
-                             settings.verify_wait_seconds)
+    return VerifiedPublisher(publisher, ServedWeightsCheck(registry, settings.served_model_name, replica_headers(key), settings.sync.verify_tolerance),
+                             settings.sync.verify_wait_seconds)

@@ -38,7 +38,7 @@ def test_an_unregistered_task_names_the_known_ones():
 def test_a_field_of_another_task_is_named(tmp_path):
     with pytest.raises(ValidationError, match="task_options: task 'harbor' is set by its own fields"):
         EnvSettings.from_cli(["--task", "harbor", "--tasks-dir", str(tmp_path), "--task-options", '{"difficulty": 2}'])
-    with pytest.raises(ValidationError, match="agent_max_turns, tasks_dir: only for task 'harbor'"):
+    with pytest.raises(ValidationError, match="agent.max_turns, tasks_dir: only for task 'harbor'"):
         EnvSettings.from_cli(["--tasks-dir", str(tmp_path), "--agent-max-turns", "3"])
 
 

@@ -1,4 +1,4 @@
-"""Any scaffold by command line: how ``--agent-command`` is checked, split and named."""
+"""Any scaffold by command line: how ``--agent.command`` is checked, split and named."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ def harbor(*flags: str) -> EnvSettings:
 
 def test_an_agent_command_makes_the_agent_a_command():
     s = harbor("--agent-command", "mini -y -t {instruction} -m openai/policy")
-    assert s.agent == "command" and s.task_spec.agent_command == "mini -y -t {instruction} -m openai/policy"
-    assert harbor("--agent", "command", "--agent-command", "x {instruction}").agent == "command"
+    assert s.agent.name == "command" and s.task_spec.agent_command == "mini -y -t {instruction} -m openai/policy"
+    assert harbor("--agent", "command", "--agent-command", "x {instruction}").agent.name == "command"
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--agent", "builtin", "--agent-command", "x {instruction}"], "agent_command: runs instead of agent 'builtin'"),
-    (["--agent", "command"], "agent_command: --agent command needs the command line"),
+    (["--agent", "builtin", "--agent-command", "x {instruction}"], "agent.command: runs instead of agent 'builtin'"),
+    (["--agent", "command"], "agent.command: agent.name command needs the command line"),
     (["--agent-command", "mini -t 'unclosed"], "agent_command: No closing quotation"),
     (["--agent-command", "sh -c 'mini -t {instruction}'"], "agent_command: {instruction} must be a word of its own"),
     (["--agent-command", "   "], "agent_command: empty command"),
@@ -38,7 +38,7 @@ def test_a_command_that_cannot_work_is_refused_by_name(flags, message):
 
 
 def test_an_agent_command_is_only_for_harbor():
-    with pytest.raises(ValidationError, match="agent_command: only for task 'harbor'"):
+    with pytest.raises(ValidationError, match="agent.command: only for task 'harbor'"):
         EnvSettings.from_cli(["--agent-command", "x {instruction}"])
 
 

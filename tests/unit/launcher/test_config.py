@@ -45,12 +45,12 @@ def test_extra_ports_are_free_and_addressable(tmp_path):
 def test_each_cli_agent_run_serves_and_trains_its_own_demo_policy(path):
     """``make run-agent AGENT=<agent>`` runs ``examples/local-agent-<agent>.yaml``: its env runs that
     agent, on the tasks and the policy ``rlstack make-cli-agent-demo --agent <agent>`` writes."""
-    from rlstack.envs.config import EnvSettings
+    from rlstack.envs.config import AgentName
 
     agent = path.stem.removeprefix("local-agent-")
     services = {s.name: s for s in RunConfig.load(path).services}
     env = services["env"].args
-    assert env[env.index("--agent") + 1] == agent and agent in EnvSettings.model_fields["agent"].annotation.__args__
+    assert env[env.index("--agent.name") + 1] == agent and agent in AgentName.__args__
     assert env[env.index("--tasks-dir") + 1] == f"data/{agent}-tasks"
     for name in ("inference", "trainer"):
         args = services[name].args
@@ -60,7 +60,7 @@ def test_each_cli_agent_run_serves_and_trains_its_own_demo_policy(path):
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_a_restarted_replica_finds_the_trainers_published_weights(path):
     """A replica ``rlstack up`` restarts loads the newest weights the trainer published, from the
-    trainer's ``weights_dir`` (``{run_dir}/weights`` unless given). Without it, the fault run found,
+    trainer's ``sync.weights_dir`` (``{run_dir}/weights`` unless given). Without it, the fault run found,
     the replica came back on the base model, the env servers' staleness bound read version 0 and
     stopped, and the trainer waited for a batch forever."""
     config = expand(RunConfig.load(path))
@@ -71,8 +71,8 @@ def test_a_restarted_replica_finds_the_trainers_published_weights(path):
         if not replicas or not trainers:
             continue
         trainer = trainers[0]
-        if trainer.sync_mode not in ("filesystem", "lora"):
+        if trainer.sync.mode not in ("filesystem", "lora"):
             continue
-        published = trainer.weights_dir or trainer.run_dir / "weights"
+        published = trainer.sync.weights_dir or trainer.run_dir / "weights"
         for replica in replicas:
             assert replica.weights_dir is not None and Path(replica.weights_dir) == Path(published)

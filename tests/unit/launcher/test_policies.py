@@ -45,7 +45,7 @@ def test_each_policy_gets_its_model_name_and_directories_and_the_shared_services
         assert value(f"trainer-{policy}", "--batcher-policy") == policy
         assert value(f"trainer-{policy}", "--run-dir") == "/nonexistent/policies/" + policy
         # the replica restarts on what its own trainer published, never the other policy's
-        assert value(f"inference-{policy}", "--weights-dir") == value(f"trainer-{policy}", "--weights-dir") \
+        assert value(f"inference-{policy}", "--weights-dir") == value(f"trainer-{policy}", "--sync.weights-dir") \
             == "/nonexistent/policies/" + policy + "/weights"
     assert json.loads(value("batcher", "--policies")) == ["lead", "helper"]
     routes = json.loads(value("proxy", "--policies"))
