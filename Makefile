@@ -268,7 +268,7 @@ push-images:
 	CPU=$(CPU) CPU_BASE=$(CPU_BASE) REGISTRY=$(REGISTRY) TAG=$(TAG) DRY_RUN=$(DRY_RUN) PUSH=1 bash k8s/images.sh
 
 bench: setup setup-atropos
-	$(VENV)/bin/python bench/batcher.py
+	$(VENV)/bin/python -m bench.batcher
 
 lint: setup
 	$(VENV)/bin/ruff check services tests bench

@@ -3,21 +3,19 @@
 1,000 groups of 8 sequences x 256 tokens with inference logprobs, batch size 64, posted
 (a) one group per request sequentially, (b) 8 requests at a time as BaseEnv's workers do,
 (c) as lists of 50 groups; after each, every batch is pulled. Both servers get identical
-pre-serialised bodies from the same lean keep-alive client (bench/_http.py), which sends gzip
+pre-serialised bodies from the same lean keep-alive client (bench/common/http_client.py), which sends gzip
 for bodies over 1 KB and accepts gzip responses, as atroposlib's clients (aiohttp, requests)
 do; every pulled batch is parsed, as a trainer must. Bounded, loopback only.
 
-    python bench/batcher.py [--groups 1000] [--list-size 50]
+    python -m bench.batcher [--groups 1000] [--list-size 50]
 
-Last line: one JSON object with every figure and the ratios (ours / atropos).
+Last line: the result (bench.common.result), every figure and the ratios (ours / atropos).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gzip
-import json
 import random
 import sys
 import tempfile
@@ -30,9 +28,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
-from _http import RawHttpClient  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.http_client import RawHttpClient
+from bench.common.result import emit
 
 GROUP_SIZE, SEQ_LEN, BATCH_SIZE, CONCURRENCY = 8, 256, 64, 8
 console = Console(stderr=True)
@@ -127,7 +126,7 @@ def run_system(name: str, url: str, port: int, singles: list[bytes], lists: list
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--list-size", type=int, default=50)
     args = parser.parse_args()
@@ -161,9 +160,9 @@ def main() -> None:
         table.add_row(key, f"{results['rlstack_fsync'][key]:.1f}", f"{results['rlstack_flush'][key]:.1f}", f"{base[key]:.1f}",
                       f"{ratios['fsync_' + key]:.2f}x", f"{ratios['flush_' + key]:.2f}x")
     Console().print(table)
-    print(json.dumps({"bench": "batcher", "groups": args.groups, "group_size": GROUP_SIZE, "seq_len": SEQ_LEN, "batch_size": BATCH_SIZE,
-                      **{f"{s}_{k}": round(v, 2) for s, r in results.items() for k, v in r.items()},
-                      **{f"ratio_{k}": round(v, 2) for k, v in ratios.items()}}))
+    emit("batcher", args, {"groups": args.groups, "group_size": GROUP_SIZE, "seq_len": SEQ_LEN, "batch_size": BATCH_SIZE,
+                           **{f"{s}_{k}": round(v, 2) for s, r in results.items() for k, v in r.items()}},
+         {f"{k}_over_atropos": round(v, 2) for k, v in ratios.items()})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ plateau and drain (from when fewer than 95% run until the last group is posted).
 
 Baseline in the same run: the same at ``--base-trials`` (ratios full / baseline).
 
-    python bench/env_scale.py [--trials 1000 --base-trials 48 --turns 4 --tool-seconds 90 --logs DIR]
+    python -m bench.env_scale [--trials 1000 --base-trials 48 --turns 4 --tool-seconds 90 --logs DIR]
 
 Everything on the core(s) it is started on (``taskset -c 1 ...``). Loopback only; stops what it
 started by PID. Last line: one JSON object.
@@ -59,11 +59,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
-from _prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value  # noqa: E402
-
-from rlstack.common.contracts.atropos import GROUP_NAME_KEY  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import PROXY_PY, REPO, free_port, server
+from bench.common.prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value
+from bench.common.result import emit
+from rlstack.common.contracts.atropos import GROUP_NAME_KEY
 
 console = Console(stderr=True)
 AGENT = REPO / "bench" / "shell_agent.sh"
@@ -159,10 +159,10 @@ def phase(label: str, trials: int, args: argparse.Namespace) -> dict:
                 ports["proxy"], "/readyz", tmp / "proxy.log", timeout=180))
         agent = f"/bin/sh {AGENT} {args.turns} {args.tool_seconds:g} {args.completion_tokens}"
         env_cmd = [py, "-m", "rlstack.envs", "--port", str(ports["env"]), "--task", "harbor", "--tasks-dir", str(tasks),
-                   "--agent-command", agent, "--name", ENV_NAME, "--batcher-url", batcher_url, "--proxy-url", proxy_url,
+                   "--agent.command", agent, "--name", ENV_NAME, "--batcher-url", batcher_url, "--proxy-url", proxy_url,
                    "--registry-url", registry_url, "--trial-key-secret", SECRET, "--trials-dir", str(tmp / "trials"),
                    "--group-size", str(GROUP_SIZE), "--workers", str(groups), "--max-concurrent-trials", str(trials),
-                   "--max-staleness", "0", "--max-token-length", "32768", "--sandbox-environment", "host"]
+                   "--max-staleness", "0", "--max-token-length", "32768", "--sandbox.environment", "host"]
         env_url = stack.enter_context(server(env_cmd, ports["env"], "/healthz", tmp / "env.log"))
         env_pid = listener_pid(ports["env"])
         time.sleep(2)
@@ -252,7 +252,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--trials", type=int, default=1000, help="concurrent trials (rounded up to whole groups of 8)")
     parser.add_argument("--base-trials", type=int, default=48)
     parser.add_argument("--turns", type=int, default=4, help="model calls per trial")
@@ -298,7 +298,7 @@ def main() -> None:
     table.add_row("trials lost / groups lost", f"{base['lost_trials']} / {base['lost_groups']}", f"{full['lost_trials']} / {full['lost_groups']}", "")
     table.add_row("wave wall time (s)", str(base["wave_s"]), str(full["wave_s"]), "")
     Console().print(table)
-    print(json.dumps({"bench": "env_scale", "baseline": base, "full": full, "ratios": ratios, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    emit("env_scale", args, {"baseline": base, "full": full}, ratios)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ After each run it checks and prints: the run finished its steps; where each fini
 groups the batcher acknowledged and lost (0); the trainer's final weight version against every
 replica's; the restarts. The reward curves of both runs go to one plot (``--plot``).
 
-    python bench/faults.py [--steps 64] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
+    python -m bench.faults [--steps 64] [--seed 0] [--plot docs/img/fault-run.png] [--skip-baseline]
 
 Needs models/agent-demo and data/agent-tasks (``make run-agent`` builds them). Loopback only;
 never beside another vLLM on this machine. Last line: one JSON object with every figure.
@@ -31,7 +31,6 @@ never beside another vLLM on this machine. Last line: one JSON object with every
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -45,14 +44,14 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rlstack.common.auth import bearer  # noqa: E402
-from rlstack.launcher.config import RunConfig  # noqa: E402
-from rlstack.launcher.progress import wait_for  # noqa: E402
-from rlstack.launcher.supervisor import ServiceFailed, Supervisor  # noqa: E402
-from rlstack.ops.ledger import FATES, audit  # noqa: E402
-from rlstack.trainer.report import StepRecord, read_lines  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.result import emit, stored_figures
+from rlstack.common.auth import bearer
+from rlstack.launcher.config import RunConfig
+from rlstack.launcher.progress import wait_for
+from rlstack.launcher.supervisor import ServiceFailed, Supervisor
+from rlstack.ops.ledger import FATES, audit
+from rlstack.trainer.report import StepRecord, read_lines
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ("registry", "batcher", "proxy", "vllm", "inference", "env", "trainer")
@@ -75,7 +74,7 @@ def run_config(name: str, runs_dir: Path, steps: int, batch_size: int, checkpoin
         if spec.name == "trainer":
             for flag, value in (("--steps", str(steps)), ("--batch-size", str(batch_size)),
                                 ("--checkpoint-every", str(checkpoint_every)), ("--seed", str(seed)),
-                                ("--eval-url", None), ("--eval-every", None)):
+                                ("--evaluation.url", None), ("--evaluation.every", None)):
                 spec.args = set_flag(spec.args, flag, value)
         if spec.name == "env":
             spec.args = set_flag(set_flag(spec.args, "--seed", str(seed)), "--heldout-size", "0")
@@ -349,7 +348,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the services too, as Ctrl-C does
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--steps", type=int, default=64, help="enough for 21 kills: a kill waits for its moment, its "
                         "service's return and one more step; at 56 steps the last of 21 did not come (2026-11-27)")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -360,14 +359,13 @@ def main() -> int:
     parser.add_argument("--moment-timeout", type=float, default=240.0, help="seconds to wait for a moment before killing anyway")
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs" / "faults")
     parser.add_argument("--plot", type=Path, default=None)
-    parser.add_argument("--json-out", type=Path, default=None, help="the last line's JSON, kept (a plot can be redrawn from it)")
     parser.add_argument("--replot", type=Path, default=None, help="draw --plot from a --json-out file and run nothing")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--baseline-dir", type=Path, default=None, help="an unfaulted run of the same flags, done before: read, not run again")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.replot is not None:
-        plot({k: v for k, v in json.loads(args.replot.read_text()).items() if k != "ok"}, args.plot or Path("fault-run.png"))
+        plot({k: v for k, v in stored_figures(args.replot)[-1].items() if k != "ok"}, args.plot or Path("fault-run.png"))
         return 0
     targets = [t for t in args.targets.split(",") if t]
     unknown = sorted(set(targets) - set(TARGETS))
@@ -395,9 +393,7 @@ def main() -> int:
     ok = (faulted["failure"] is None and faulted["chaos_error"] is None and faulted["steps_done"] == faulted["steps"]
           and all(k["done"] for k in faulted["kills"])
           and faulted["ledger_ok"] and set(faulted["replica_weight_versions"]) == {faulted["trainer_weight_version"]})
-    print(json.dumps({"ok": ok, **runs}))
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"ok": ok, **runs}, indent=1) + "\n")
+    emit("faults", args, {"ok": ok, **runs})  # --json-out keeps it: --replot redraws the plot from it
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 """What the every-step mismatch check costs beside the GRPO step itself.
 
-    python bench/mismatch.py [--model models/tiny] [--repeats 8] [--sample 8] [--stale-share 0.75]
+    python -m bench.mismatch [--model models/tiny] [--repeats 8] [--sample 8] [--stale-share 0.75]
 
 One trainer ``Engine`` (the code the service runs), one batch whose rows were sampled by the
 current version and by the two before it (``--stale-share`` of them older), steps taken
@@ -12,22 +12,19 @@ kept version takes; the last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO  # noqa: E402
-
-from rlstack.trainer.config import TrainerSettings  # noqa: E402
-from rlstack.trainer.distributed import DistContext  # noqa: E402
-from rlstack.trainer.engine import Engine  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO
+from bench.common.result import emit
+from rlstack.trainer.config import TrainerSettings
+from rlstack.trainer.distributed import DistContext
+from rlstack.trainer.engine import Engine
 
 CURRENT = 3
 
@@ -46,7 +43,7 @@ def groups(vocab: int, count: int, size: int, prompt: int, completion: int, stal
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--model", type=Path, default=REPO / "models" / "tiny")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--groups", type=int, default=8)
@@ -64,8 +61,8 @@ def main() -> None:
 
         build_tiny_model(args.model)
 
-    settings = TrainerSettings(model=str(args.model), sync_mode="none", device="cpu", lr=1e-6, mismatch_versions=3,
-                               micro_batch_size=16, mismatch_sample=args.sample)
+    settings = TrainerSettings(model=str(args.model), sync={"mode": "none"}, device="cpu", mismatch_versions=3,
+                               optimisation={"lr": 1e-6}, packing={"micro_batch_size": 16}, mismatch_sample=args.sample)
     engine = Engine(settings, DistContext())
     engine.load(None)
     for version in range(CURRENT - 2, CURRENT + 1):
@@ -90,8 +87,7 @@ def main() -> None:
         "checked_share_baseline": shares["baseline"], "checked_share_checked": shares["checked"],
         "host_bytes_per_version": sum(p.numel() * p.element_size() for p in trainable),
     }
-    figures["checked_over_baseline"] = figures["step_s_checked"] / figures["step_s_baseline"]
-    print(json.dumps(figures))
+    emit("mismatch", args, figures, {"checked_over_baseline": figures["step_s_checked"] / figures["step_s_baseline"]})
 
 
 if __name__ == "__main__":

@@ -6,16 +6,14 @@ whole history plus a new user message, as agents do). The hit rate is read from 
 (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``, summed over both
 replicas) before and after each pass. Bounded, loopback only.
 
-    python bench/prefix_cache.py [--trials 16] [--turns 6]
+    python -m bench.prefix_cache [--trials 16] [--turns 6]
 
 Last line: one JSON object with both hit rates and their ratio.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import re
 import sys
@@ -25,8 +23,9 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.result import emit
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -64,7 +63,7 @@ async def run_trials(proxy_port: int, tag: str, trials: int, turns: int) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--model", default=str(REPO / "models" / "tiny"))
@@ -103,9 +102,9 @@ def main() -> None:
                 results[name] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
     ratio = results["sticky"] / max(1e-9, results["least_busy"])
     console.print(f"prefix-cache hit rate: sticky {results['sticky']:.1%}, least-busy {results['least_busy']:.1%} ({ratio:.2f}x)")
-    print(json.dumps({"bench": "prefix_cache", "trials": args.trials, "turns": args.turns,
-                      "hit_rate_sticky": round(results["sticky"], 4), "hit_rate_least_busy": round(results["least_busy"], 4),
-                      "ratio": round(ratio, 3)}))
+    emit("prefix_cache", args, {"trials": args.trials, "turns": args.turns, "hit_rate_sticky": round(results["sticky"], 4),
+                                "hit_rate_least_busy": round(results["least_busy"], 4)},
+         {"sticky_over_least_busy": round(ratio, 3)})
 
 
 if __name__ == "__main__":

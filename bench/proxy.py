@@ -17,14 +17,13 @@ everywhere so each ratio measures the hop, not vLLM's extra work. Cells:
   through the proxy's Responses API (``/v1/responses``, as codex sends them: input items, LiteLLM's
   chat bridge, token-in), with the share of its continued calls that went out spliced.
 
-    python bench/proxy.py [--requests 200] [--model models/tiny]
+    python -m bench.proxy [--requests 200] [--model models/tiny]
 
 Last line: one JSON object with every figure.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -38,12 +37,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
-from _http import RawHttpClient  # noqa: E402
-
-from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
-from rlstack.proxy.__main__ import OFFLINE_ENV  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.http_client import RawHttpClient
+from bench.common.result import emit
+from rlstack.common.contracts.trajectory import read_trajectory
+from rlstack.proxy.__main__ import OFFLINE_ENV
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -171,7 +170,7 @@ def percentile_ms(latencies: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--requests", type=int, default=200, help="requests per cell")
     parser.add_argument("--model", default=str(REPO / "models" / "tiny"))
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16], help="concurrency of the load matrix")
@@ -301,7 +300,8 @@ def main() -> None:
         flat[f"{name}_ratio_gen_tokens_per_s"] = round(ratio, 3)
         flat[f"{name}_ratio_req_per_s"] = round(p["req_per_s"] / d["req_per_s"], 3)
     Console().print(table)
-    print(json.dumps({"bench": "proxy", "requests_per_cell": args.requests, "trajectory_lines": trajectory_lines, **headline, **flat}))
+    emit("proxy", args, {"requests_per_cell": args.requests, "trajectory_lines": trajectory_lines, **headline, **flat},
+         {k: v for k, v in flat.items() if "_ratio_" in k or "_vs_" in k})
 
 
 if __name__ == "__main__":

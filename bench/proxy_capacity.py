@@ -15,7 +15,7 @@ in production: continued calls go render, generate, derender on the replica; eve
 written. Cells: each dialect (chat, Anthropic messages, Responses), plain and streamed, a trial's
 first call and continued calls, histories of 1k to 128k ids.
 
-    python bench/proxy_capacity.py [--cells quick|all|NAME,...] [--seconds 6] [--out FILE.jsonl] [--plot FILE.png]
+    python -m bench.proxy_capacity [--cells quick|all|NAME,...] [--seconds 6] [--out FILE.jsonl] [--plot FILE.png]
 
 Needs two cores or more. Last line: one JSON object with every cell's capacity and figures.
 """
@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,13 +40,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _dialects import PATHS, Conversation, Dialect  # noqa: E402
-from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
-from _http import RawHttpClient  # noqa: E402
-from _prom import cpu_seconds, listener_pid, scrape, value  # noqa: E402
-
-from rlstack.proxy.__main__ import OFFLINE_ENV  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.dialects import PATHS, Conversation, Dialect
+from bench.common.harness import PROXY_PY, REPO, free_port, server
+from bench.common.http_client import RawHttpClient
+from bench.common.prom import cpu_seconds, listener_pid, scrape, value
+from bench.common.result import emit
+from rlstack.proxy.__main__ import OFFLINE_ENV
 
 console = Console(stderr=True)
 PROXY_CORE, LOAD_CORE = 0, 1
@@ -445,7 +444,7 @@ def side_command(side: str, port: int, registry_url: str, sim_ports: list[int], 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--cells", default="quick", help="quick, all, or cell names separated by commas")
     parser.add_argument("--sides", default="rlstack,litellm",
                         help="rlstack (this tree), litellm (LiteLLM's bare proxy, the baseline), rlstack@DIR (another checkout)")
@@ -538,8 +537,9 @@ def report(results: list[dict], sides: list[str], args: argparse.Namespace) -> N
                     "capacity_vs_litellm": round((ours["capacity_per_s"] or 0) / max(1e-9, base["capacity_per_s"] or 0), 3),
                     "cpu_per_call_vs_litellm": round(ours["at80_cpu_ms_per_call"] / base["at80_cpu_ms_per_call"], 3),
                     "litellm_share_of_cpu": round(base["at80_cpu_ms_per_call"] / ours["at80_cpu_ms_per_call"], 3)}
-    print(json.dumps({"bench": "proxy_capacity", "budget_ms": args.budget_ms, "workers": args.workers, "proxy_args": args.proxy_arg,
-                      "sides": summary, "ratios": ratios, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    emit("proxy_capacity", args, {"budget_ms": args.budget_ms, "workers": args.workers, "proxy_args": args.proxy_arg, "sides": summary,
+                                  "cells_vs_litellm": ratios},
+         {f"{side}_{cell}_{k}": v for side, cells in ratios.items() for cell, r in cells.items() for k, v in r.items()})
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ polls included). The polls every ``--poll-ms`` bound the resolution of every tim
 Baseline in the same run: the same figures at ``--base-replicas`` replicas and ``--base-proxies``
 proxy; ratios are full / baseline.
 
-    python bench/registry_scale.py [--replicas 64 --proxies 8 --kills 5 --window 30 --heartbeat-seconds 5]
+    python -m bench.registry_scale [--replicas 64 --proxies 8 --kills 5 --window 30 --heartbeat-seconds 5]
 
 Loopback only; starts and stops its own processes (stopped by PID). Last line: one JSON object.
 """
@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
 import signal
 import sys
@@ -61,11 +60,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import PROXY_PY, REPO, free_port, server  # noqa: E402
-from _prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value  # noqa: E402
-
-from rlstack.common.process import ServiceProcess, start_process  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import PROXY_PY, REPO, free_port, server
+from bench.common.prom import buckets, cpu_seconds, listener_pid, quantile, scrape, value
+from bench.common.result import emit
+from rlstack.common.process import ServiceProcess, start_process
 
 console = Console(stderr=True)
 SIM = REPO / "bench" / "sim_replica.py"
@@ -253,7 +252,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--replicas", type=int, default=64)
     parser.add_argument("--proxies", type=int, default=8)
     parser.add_argument("--base-replicas", type=int, default=8, help="baseline phase: replicas (victims included)")
@@ -298,8 +297,8 @@ def main() -> None:
                 table.add_row(f"{title}: gone from every proxy, {words} (s)", str(base.get(f"{how}_{stat}")),
                               str(full.get(f"{how}_{stat}")), str(ratios[f"{how}_{stat}"]))
     Console().print(table)
-    print(json.dumps({"bench": "registry_scale", "heartbeat_seconds": args.heartbeat_seconds, "poll_ms": args.poll_ms,
-                      "baseline": base, "full": full, "ratios": ratios, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    emit("registry_scale", args, {"heartbeat_seconds": args.heartbeat_seconds, "poll_ms": args.poll_ms, "baseline": base, "full": full},
+         {k: v for k, v in ratios.items() if isinstance(v, (int, float))})
 
 
 if __name__ == "__main__":

@@ -7,15 +7,13 @@ each way, the CPU seconds used by vLLM's process tree (API server, engine core, 
 same window, read with psutil. After each message vLLM's worker spins on its shared-memory queue
 for about a second, so per-beat RPCs keep it busy.
 
-    python bench/replica_idle.py [--seconds 20] [--heartbeat 1]
+    python -m bench.replica_idle [--seconds 20] [--heartbeat 1]
 
 Last line: one JSON object with both figures and their ratio.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -26,8 +24,9 @@ import httpx
 import psutil
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.result import emit
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -61,7 +60,7 @@ def measure(root: psutil.Process, seconds: float, label: str, during=None) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--heartbeat", type=float, default=1.0)
     parser.add_argument("--model", default=str(REPO / "models" / "tiny"))
@@ -84,11 +83,10 @@ def main() -> None:
 
             baseline = measure(root, args.seconds, "collective_rpc every beat", during=rpc_every_beat)
     result = {"heartbeat_seconds": args.heartbeat, "window_seconds": args.seconds,
-              "idle_cpu_cores_files": round(ours, 3), "idle_cpu_cores_rpc_per_beat": round(baseline, 3),
-              "ratio_rpc_vs_files": round(baseline / max(ours, 1e-3), 1)}
+              "idle_cpu_cores_files": round(ours, 3), "idle_cpu_cores_rpc_per_beat": round(baseline, 3)}
     console.print(f"idle vLLM replica, heartbeat {args.heartbeat:g} s: {ours:.3f} CPU cores (files) vs "
                   f"{baseline:.3f} (collective_rpc per beat)")
-    print(json.dumps(result))
+    emit("replica_idle", args, result, {"rpc_per_beat_over_files": round(baseline / max(ours, 1e-3), 1)})
 
 
 if __name__ == "__main__":

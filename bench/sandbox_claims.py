@@ -24,7 +24,7 @@ count), with ``--apiserver-pid`` the API server's CPU seconds per trial, and wha
 (its pods and pool directories ``--settle`` s after its close). Writes the figures (``--out``,
 JSON) and a plot (``--plot``, PNG). Exits 1 when a trial is not ``ok`` or a cell left anything.
 
-    KUBECONFIG=... python bench/sandbox_claims.py --namespace rl-trials --claim trials \\
+    KUBECONFIG=... python -m bench.sandbox_claims --namespace rl-trials --claim trials \\
         --claim-dir /srv/pv-0 --bundle-image REF --dataset examples/image-tasks --pod-security baseline \\
         --bursts 16,64,128 [--apiserver-pid PID] [--out docs/data/sandbox-claims.json --plot claims.png]
 """
@@ -47,6 +47,8 @@ from rich.console import Console
 from rich.table import Table
 from trial_pods import cluster_arguments  # bench/ is on the path of a bench run as a script
 
+from bench.common.cli import bench_parser
+from bench.common.result import emit
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.sandboxes import (
     KubernetesSandboxConfig,
@@ -209,7 +211,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     cluster_arguments(parser)
     parser.add_argument("--bursts", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 128])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["warm", "cold", "local"])
@@ -240,7 +242,7 @@ def main() -> int:
         args.out.write_text(json.dumps({"cells": cells, "dataset": str(args.dataset)}, indent=1) + "\n")
     if args.plot:
         plot(cells, args.plot)
-    print(json.dumps(cells))
+    emit("sandbox_claims", args, {"cells": cells, "dataset": str(args.dataset)})
     return 1 if any(c["n_not_ok"] or c.get("pods_left") or c.get("pool_dirs_left") for c in cells) else 0
 
 

@@ -21,7 +21,7 @@ What it models:
 - **The sidecar.** Each replica registers itself with the registry and heartbeats, as
   ``rlstack.inference`` does for a real vLLM.
 
-    python bench/sim_replica.py --count 8 --registry-url http://127.0.0.1:8100 [--ttft-ms 50 --tpot-ms 10]
+    python -m bench.sim_replica --count 8 --registry-url http://127.0.0.1:8100 [--ttft-ms 50 --tpot-ms 10]
 """
 
 from __future__ import annotations

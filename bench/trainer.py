@@ -21,8 +21,8 @@ each on a model built afresh with the same seed:
 mixed precision over float32 master weights, as the chart's trainer does; in a plain process it
 is the local trainer. Random weights in the named Qwen2 shape, built directly on the device.
 
-    python bench/trainer.py                      # CPU, the demo model's shape (tiny)
-    python bench/trainer.py --model models/agent-demo --groups-from runs/agent-<id>/batcher/batcher.wal \
+    python -m bench.trainer                      # CPU, the demo model's shape (tiny)
+    python -m bench.trainer --model models/agent-demo --groups-from runs/agent-<id>/batcher/batcher.wal \
         --threads 1 --micro-batch-size 32 --pack-tokens 4096 --paths padded,packed   # an agent run's own batches
     torchrun --nproc-per-node 1 bench/trainer.py --device cuda --shape qwen2-1.5b \\
         --groups 16 --group-size 8 --prompt 512 --completion 256:512 --micro-batch-size 8 --pack-tokens 16384
@@ -40,7 +40,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -51,16 +50,20 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO  # noqa: E402, F401 - puts the repo first on sys.path
-
-from rlstack.trainer import attention  # noqa: E402
-from rlstack.trainer.batch import to_tensors  # noqa: E402
-from rlstack.trainer.config import TrainerSettings  # noqa: E402
-from rlstack.trainer.distributed import DistContext, init_distributed, shutdown  # noqa: E402
-from rlstack.trainer.engine import Engine  # noqa: E402
-from rlstack.trainer.packing import shared_tokens  # noqa: E402
-from rlstack.trainer.shapes import qwen2_config  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.result import emit
+from rlstack.trainer import attention
+from rlstack.trainer.batch import to_tensors
+from rlstack.trainer.config import (
+    LoraSettings,
+    OptimisationSettings,
+    PackingSettings,
+    TrainerSettings,
+)
+from rlstack.trainer.distributed import DistContext, init_distributed, shutdown
+from rlstack.trainer.engine import Engine
+from rlstack.trainer.packing import shared_tokens
+from rlstack.trainer.shapes import qwen2_config
 
 console = Console(stderr=True)
 GIB = 1024**3
@@ -232,21 +235,21 @@ class MasterAdamW:
 
 def engine_path(args: argparse.Namespace, path: str, ctx: DistContext, run_dir: Path) -> Engine:
     """The trainer's ``Engine`` with this path's settings, loaded on every rank."""
-    settings = TrainerSettings(model=str(args.model or "random"), sync_mode="none", run_dir=run_dir, device=ctx.device.type, lr=1e-6,
-                               micro_batch_size=args.micro_batch_size,
-                               pack_tokens=None if path == "padded" else args.pack_tokens,
-                               share_prefix=args.share_prefix if path == "shared" else None,
-                               attention="sdpa" if path == "packed-sdpa" else args.attention,
-                               activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
-                               lora_alpha=2 * (args.lora_rank or 16), mismatch_versions=0,
-                               mixed_precision="bf16" if path == "packed-bf16" else "auto")
+    packing = PackingSettings(micro_batch_size=args.micro_batch_size, row_tokens=None if path == "padded" else args.pack_tokens,
+                              share_prefix=args.share_prefix if path == "shared" else None,
+                              attention="sdpa" if path == "packed-sdpa" else args.attention)
+    optimisation = OptimisationSettings(lr=1e-6, activation_checkpointing=args.activation_checkpointing,
+                                        mixed_precision="bf16" if path == "packed-bf16" else "auto")
+    settings = TrainerSettings(model=str(args.model or "random"), sync={"mode": "none"}, run_dir=run_dir, device=ctx.device.type,
+                               packing=packing, optimisation=optimisation, mismatch_versions=0,
+                               lora=LoraSettings(rank=args.lora_rank, alpha=2 * (args.lora_rank or 16)))
     engine = Engine(settings, ctx)
     dtype = torch.float32 if args.lora_rank is None or ctx.device.type != "cuda" else torch.bfloat16
     if path == "bf16-weights":
         dtype = torch.bfloat16
     engine.load(None, base=build_model(args, ctx.device, dtype) if path == "bf16-weights" or not args.model else None)
     if path == "bf16-weights":
-        engine.optimizer = MasterAdamW([p for p in engine.policy.parameters() if p.requires_grad], lr=settings.lr)
+        engine.optimizer = MasterAdamW([p for p in engine.policy.parameters() if p.requires_grad], lr=settings.optimisation.lr)
     return engine
 
 
@@ -285,7 +288,7 @@ def run_path(args: argparse.Namespace, path: str, batches: list[list[dict]], ctx
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--shape", choices=["tiny", "qwen2-0.5b", "qwen2-1.5b", "qwen2-7b"], default="tiny",
                         help="random Qwen2 of this shape (tiny: the demo model's)")
     parser.add_argument("--model", type=Path, default=None, help="a model directory instead of a random --shape")
@@ -300,7 +303,7 @@ def main() -> None:
     parser.add_argument("--completion", default="32:192", help="completion tokens, min:max (uniform)")
     parser.add_argument("--micro-batch-size", type=int, default=8, help="padded rows per micro-batch")
     parser.add_argument("--pack-tokens", type=int, default=4096, help="tokens per packed row")
-    parser.add_argument("--share-prefix", type=int, default=TrainerSettings.model_fields["share_prefix"].default,
+    parser.add_argument("--share-prefix", type=int, default=PackingSettings.model_fields["share_prefix"].default,
                         help="the shared path's least prefix to share (tokens)")
     parser.add_argument("--attention", choices=["varlen", "sdpa"], default="varlen", help="the Engine's kernel on packed/padded")
     parser.add_argument("--activation-checkpointing", action="store_true")
@@ -309,7 +312,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--profile", type=Path, default=None, help="append one profiled step per path to this file")
-    parser.add_argument("--json-out", type=Path, default=None, help="append the result line to this file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -379,17 +381,14 @@ def main() -> None:
     console.print(table)
     console.print("  ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v))
     console.print(f"prefix trees (--share-prefix {args.share_prefix}) remove {1 - kept / unshared:.1%} of the {unshared / len(timed_batches):,.0f} tokens a step")
-    line = json.dumps({"shape": str(args.model) if args.model else args.shape, "groups_from": str(args.groups_from or ""), "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
-                       "tokens": tokens, "groups": args.groups, "group_size": args.group_size, "prompt": args.prompt,
-                       "completion": list(completion), "micro_batch_size": args.micro_batch_size, "pack_tokens": args.pack_tokens,
-                       "activation_checkpointing": args.activation_checkpointing, "lora_rank": args.lora_rank,
-                       "torch": torch.__version__, "varlen_kernel": attention._varlen_kernel() is not None, "paths": results, "ratios": ratios, "plain_tokens_per_s": plain.get("tokens_per_s"),
-                       "share_prefix": args.share_prefix, "shared_over_packed": ratios["shared/packed"],
-                       "tokens_removed_share": 1 - kept / unshared})
-    print(line, flush=True)
-    if args.json_out:
-        with args.json_out.open("a") as f:
-            f.write(line + "\n")
+    figures = {"shape": str(args.model) if args.model else args.shape, "groups_from": str(args.groups_from or ""), "device": gpu, "world_size": world, "launched": ctx.launched, "params": params,
+                   "tokens": tokens, "groups": args.groups, "group_size": args.group_size, "prompt": args.prompt,
+                   "completion": list(completion), "micro_batch_size": args.micro_batch_size, "pack_tokens": args.pack_tokens,
+                   "activation_checkpointing": args.activation_checkpointing, "lora_rank": args.lora_rank,
+                   "torch": torch.__version__, "varlen_kernel": attention._varlen_kernel() is not None, "paths": results, "ratios": ratios, "plain_tokens_per_s": plain.get("tokens_per_s"),
+                   "share_prefix": args.share_prefix, "shared_over_packed": ratios["shared/packed"],
+               "tokens_removed_share": 1 - kept / unshared}
+    emit("trainer", args, figures, {k.replace("/", "_over_"): v for k, v in ratios.items() if v})
     shutdown(ctx)
 
 

@@ -14,9 +14,9 @@ PROFILE=$OUT/profile.txt
 export PYTHONUNBUFFERED=1
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(1.5b tests 0.5b-32k 7b-lora-32k)
-bench() { timeout "$1" torchrun --nproc-per-node 1 bench/trainer.py --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
+bench() { timeout "$1" torchrun --nproc-per-node 1 -m bench.trainer --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
 # A one-GPU trainer pod runs one plain process (no torchrun): the Engine with bf16 autocast over float32 weights.
-process() { timeout "$1" python3 bench/trainer.py --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
+process() { timeout "$1" python3 -m bench.trainer --device cuda --json-out "$RESULTS" "${@:2}"; echo "exit $?"; }
 for c in "${cases[@]}"; do
   echo "=== $c $(date +%T)"
   case $c in

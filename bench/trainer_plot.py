@@ -1,6 +1,6 @@
-"""Bars of tokens/s (and peak memory) per path from ``bench/trainer.py --json-out`` lines.
+"""Bars of tokens/s (and peak memory) per path from ``python -m bench.trainer --json-out`` lines.
 
-    python bench/trainer_plot.py docs/data/trainer-gpu-2026-11-26.jsonl --out docs/img/trainer-gpu.png
+    python -m bench.trainer_plot docs/data/trainer-gpu-2026-11-26.jsonl --out docs/img/trainer-gpu.png
 
 One panel per line (shape, launch mode), one bar per path; later lines of the same shape and
 mode replace earlier ones' paths of the same name (a rerun wins).
@@ -9,8 +9,9 @@ mode replace earlier ones' paths of the same name (a rerun wins).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from bench.common.result import stored_figures
 
 
 def main() -> None:
@@ -24,8 +25,8 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     panels: dict[str, dict[str, dict]] = {}
-    for line in args.results.read_text().splitlines():
-        d = json.loads(line)
+    lines = stored_figures(args.results)
+    for d in lines:
         mode = "torchrun (FSDP2)" if d["launched"] else "one process"
         title = f"{d['shape']}{' LoRA r' + str(d['lora_rank']) if d.get('lora_rank') else ''}, {mode}\n{d['tokens']:,} tokens/step"
         panels.setdefault(title, {}).update({k: v for k, v in d["paths"].items() if v.get("tokens_per_s")})
@@ -41,7 +42,7 @@ def main() -> None:
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("thousand tokens/s")
         ax.tick_params(axis="x", labelsize=8)
-    device = json.loads(args.results.read_text().splitlines()[-1])["device"]
+    device = lines[-1]["device"]
     fig.suptitle(f"Trainer step on one {device} (bench/trainer.py; label: peak memory)", fontsize=10)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ host's), for the first task, N times with its image on the node and N times afte
 removed it from the node (a command with ``{ref}``, e.g. ``ctr -n k8s.io images rm {ref}``), so
 the kubelet pulls it from the registry. Prints p50/p99 of both and absent/present.
 
-    KUBECONFIG=... python bench/trial_pods.py --namespace rl --claim trials --claim-dir /srv/trials \\
+    KUBECONFIG=... python -m bench.trial_pods --namespace rl --claim trials --claim-dir /srv/trials \\
         --bundle-image REF --dataset examples/image-tasks --lock L [--pod-security baseline] \\
         [--rounds 5 --evict 'ctr -n k8s.io images rm {ref}']
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shlex
 import statistics
 import subprocess
@@ -44,6 +43,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.common.cli import bench_parser
+from bench.common.result import emit
 from rlstack.episodes.harbor.dataset import load_dataset
 from rlstack.episodes.sandboxes import KubernetesSandboxConfig, build_sandbox
 from rlstack.episodes.sandboxes.pods import SandboxManager, SandboxPodSecurity
@@ -163,7 +164,7 @@ def cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     cluster_arguments(parser)
     parser.add_argument("--rounds", type=int, default=0, help="part 2: starts measured per side (0: skip)")
     parser.add_argument("--evict", default="", help="part 2: a command removing {ref} from the node")
@@ -174,7 +175,7 @@ def main() -> int:
     figures = {"scores": asyncio.run(scores(args, tasks))}
     if args.rounds:
         figures["start"] = asyncio.run(starts(args, tasks[0]))
-    print(json.dumps(figures))
+    emit("trial_pods", args, figures)
     wrong = [t["trial"] for t in figures["scores"]["trials"]
              if (t["status"], t["reward"]) != ("ok", 1.0 if t["trial"].endswith("-oracle") else 0.0)]
     if wrong:  # a reference solution not 1, doing nothing or the attacker not 0, or any trial not ok

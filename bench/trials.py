@@ -32,7 +32,7 @@ tokens each), and most of a trial is sandbox and agent start-up, so this measure
 hop (LiteLLM, trial routing, the trajectory logger, and the logprobs/token ids it asks vLLM
 for, which a direct call does not) under agent-shaped concurrency, not a long rollout.
 
-    python bench/trials.py [--sandbox-trials 40] [--concurrency 4] [--agent-trials 32] [--agent-concurrency 4,8]
+    python -m bench.trials [--sandbox-trials 40] [--concurrency 4] [--agent-trials 32] [--agent-concurrency 4,8]
 
 Loopback only; starts and stops its own services. Last line: one JSON object with every figure.
 """
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import resource
@@ -59,22 +58,22 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
-
-from rlstack.common.contracts.trajectory import read_trajectory  # noqa: E402
-from rlstack.episodes.agents import AgentLimits, builtin_agent, trial_env  # noqa: E402
-from rlstack.episodes.harbor.dataset import load_dataset  # noqa: E402
-from rlstack.episodes.harbor.task import HarborTask  # noqa: E402
-from rlstack.episodes.images.base import LOCAL_BASE_MAP  # noqa: E402
-from rlstack.episodes.images.config import ImageSettings  # noqa: E402
-from rlstack.episodes.images.engine import Engine  # noqa: E402
-from rlstack.episodes.images.resolve import TaskImages  # noqa: E402
-from rlstack.episodes.sandboxes import build_sandbox  # noqa: E402
-from rlstack.episodes.sandboxes.config import LocalSandboxConfig  # noqa: E402
-from rlstack.episodes.sandboxes.local import LocalSandbox  # noqa: E402
-from rlstack.episodes.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus  # noqa: E402
-from rlstack.episodes.trials.run import run_trial  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.result import emit
+from rlstack.common.contracts.trajectory import read_trajectory
+from rlstack.episodes.agents import AgentLimits, builtin_agent, trial_env
+from rlstack.episodes.harbor.dataset import load_dataset
+from rlstack.episodes.harbor.task import HarborTask
+from rlstack.episodes.images.base import LOCAL_BASE_MAP
+from rlstack.episodes.images.config import ImageSettings
+from rlstack.episodes.images.engine import Engine
+from rlstack.episodes.images.resolve import TaskImages
+from rlstack.episodes.sandboxes import build_sandbox
+from rlstack.episodes.sandboxes.config import LocalSandboxConfig
+from rlstack.episodes.sandboxes.local import LocalSandbox
+from rlstack.episodes.trials.records import AgentSpec, TrialResult, TrialSpec, TrialStatus
+from rlstack.episodes.trials.run import run_trial
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -366,7 +365,7 @@ def concurrencies(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--sandbox-trials", type=int, default=40, help="nop-agent trials (and plain baseline runs)")
     parser.add_argument("--concurrency", type=int, default=4, help="trials at once in part 1")
     parser.add_argument("--agent-trials", type=int, default=32, help="built-in agent trials per side and concurrency")
@@ -456,9 +455,9 @@ def main() -> None:
             flat.update({f"agent_c{concurrency}_ratio_{k}": round(v, 3) for k, v in cell.items()})
         Console().print(table)
 
-    out = {"bench": "trials", "sandbox_trials": args.sandbox_trials, "concurrency": args.concurrency,
+    out = {"sandbox_trials": args.sandbox_trials, "concurrency": args.concurrency,
            "agent_trials": 0 if args.skip_agent else args.agent_trials, "model": Path(args.model).name, **flat}
-    print(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}))
+    emit("trials", args, out, {k: v for k, v in flat.items() if "_ratio_" in k and not math.isnan(v)})
 
 
 if __name__ == "__main__":

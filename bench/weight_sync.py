@@ -6,7 +6,7 @@ mode (filesystem: full weights via disk; broadcast: full weights over gloo; lora
 prefix cache, resume: the whole sync). The baseline, measured in the same run, is the legacy
 approach: stop vLLM and start it on the new checkpoint until it serves again.
 
-    python bench/weight_sync.py [--syncs 5] [--skip-large]
+    python -m bench.weight_sync [--syncs 5] [--skip-large]
 
 Every sync is followed by the served-weights check the trainer runs (each replica's probe logprobs
 against the trainer's); its cost is printed beside the sync's, and a failed check stops the bench.
@@ -16,9 +16,7 @@ Last line: one JSON object per model with the medians and their ratios.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -30,15 +28,15 @@ import torch
 from rich.console import Console
 from rich.progress import track
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, free_port, server  # noqa: E402
-
-from rlstack.common.registry_client import RegistryClient  # noqa: E402
-from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current  # noqa: E402
-from rlstack.trainer.sync.broadcast import BroadcastPublisher  # noqa: E402
-from rlstack.trainer.sync.filesystem import FilesystemPublisher  # noqa: E402
-from rlstack.trainer.sync.lora import LoraPublisher  # noqa: E402
-from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher  # noqa: E402
+from bench.common.cli import bench_parser
+from bench.common.harness import REPO, free_port, server
+from bench.common.result import emit
+from rlstack.common.registry_client import RegistryClient
+from rlstack.modelkit.tiny import TinyModelSpec, build_tiny_model, is_current
+from rlstack.trainer.sync.broadcast import BroadcastPublisher
+from rlstack.trainer.sync.filesystem import FilesystemPublisher
+from rlstack.trainer.sync.lora import LoraPublisher
+from rlstack.trainer.sync.verify import ServedWeightsCheck, VerifiedPublisher
 
 console = Console(stderr=True)
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -95,7 +93,7 @@ def lora_policy(model_dir: Path, registry_url: str):  # noqa: ANN201
     from rlstack.trainer.config import TrainerSettings
     from rlstack.trainer.loop import load_policy
 
-    return load_policy(TrainerSettings(model=str(model_dir), sync_mode="lora", lora_rank=16, registry_url=registry_url), None)
+    return load_policy(TrainerSettings(model=str(model_dir), sync={"mode": "lora"}, lora={"rank": 16}, registry_url=registry_url), None)
 
 
 def time_restart(checkpoint: Path, registry_url: str, tmp: Path, restarts: int) -> list[float]:
@@ -140,7 +138,7 @@ def bench_model(name: str, model_dir: Path, registry_url: str, tmp: Path, syncs:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--syncs", type=int, default=5)
     parser.add_argument("--restarts", type=int, default=2)
     parser.add_argument("--skip-large", action="store_true", help="only the tiny model")
@@ -155,7 +153,7 @@ def main() -> None:
         with server([sys.executable, "-m", "rlstack.registry", "--port", str(reg), "--probe-interval-seconds", "0.5"], reg, "/readyz",
                     tmp_path / "registry.log"):
             results = [bench_model(name, path, registry_url, tmp_path, args.syncs, args.restarts) for name, path in models]
-    print(json.dumps(results))
+    emit("weight_sync", args, {"models": results})
 
 
 if __name__ == "__main__":

@@ -7,14 +7,9 @@ logprob short, and the env counted every spliced call as failed.
 
 from __future__ import annotations
 
-import sys
-
 from starlette.testclient import TestClient
 
-from tests.conftest import REPO
-
-sys.path.insert(0, str(REPO / "bench"))
-from sim_replica import IM_END, SimReplica, SimSettings  # noqa: E402
+from bench.sim_replica import IM_END, SimReplica, SimSettings
 
 
 def test_derender_keeps_the_logprob_of_the_cut_end_of_turn():

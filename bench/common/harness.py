@@ -9,7 +9,7 @@ from pathlib import Path
 from rlstack.common.ports import free_port  # noqa: F401 - re-exported for tests and benches
 from rlstack.common.process import start_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROXY_PY = REPO / ".venv-proxy" / "bin" / "python"
 """The proxy's own venv (LiteLLM), for benches that start a proxy or LiteLLM's bare one."""
 
