@@ -13,9 +13,9 @@ source's rank: an old env var still loses to a new flag, an old keyword still be
 Where the old and the new spelling are both given in one source, the old one wins and the warning says
 so: the new one may come from a layer that was upgraded under the user (the chart sets its variables by
 their new names, a values file written before the rename overrides them by the old), and for a release
-a deployment does what it did. An old
-name that is also its group's name (``sandbox: kubernetes``, ``agent: claude-code``) is the old
-spelling only when its value is not an object: ``--sandbox '{"backend": "local"}'`` is the group.
+a deployment does what it did. An old name that is also its group's name (``sandbox: kubernetes``,
+``agent: claude-code``) is the old spelling only when its value is not an object:
+``--sandbox '{"backend": "local"}'`` is the group.
 """
 
 from __future__ import annotations

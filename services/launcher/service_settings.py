@@ -35,7 +35,8 @@ __all__ = ["SETTINGS", "ServiceSettingsError", "as_flags", "command_args", "reso
 
 
 def as_flags(settings: Mapping[str, Any], addresses: Mapping[str, Any] | None = None) -> list[str]:
-    """``--field-name value`` for each setting by path (``setting_paths``; a group's as ``--group.field``): text formatted with the run's addresses (``{run_dir}``),
+    """``--field-name value`` for each setting by path (``setting_paths``; a group's as ``--group.field``):
+    text formatted with the run's addresses (``{run_dir}``),
     ``True``/``False`` as ``--x``/``--no-x``, ``None`` as ``null`` (every setting's "off"), lists and
     maps as JSON (never formatted: their braces are data)."""
     out: list[str] = []

@@ -51,6 +51,8 @@ def setting_paths(model: type[BaseModel], values: Mapping[str, Any], prefix: str
             out |= setting_paths(group, {rest: value}, f"{prefix}{head}.")
         elif group is not None and isinstance(value, Mapping):
             out |= setting_paths(group, value, f"{prefix}{head}.")
+        elif dot:
+            raise ValueError(f"{prefix}{key} not a setting")  # a dot after a field that is no group
         else:
             out[prefix + key] = value
     return out

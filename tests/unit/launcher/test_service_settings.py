@@ -57,3 +57,30 @@ def test_a_value_the_service_refuses_names_the_service_and_the_field():
     config = RunConfig(name="t", services=[replica(kv_cache_gib=-1)])
     with pytest.raises(ServiceSettingsError, match="^inference: kv_cache_gib: Input should be greater than 0"):
         resolve(config.services[0], stand_in_addresses(config.services))
+
+
+def trainer(args: list[str] | None = None, **settings) -> ServiceSpec:
+    return ServiceSpec(name="trainer", module="rlstack.trainer", args=args or [], settings=settings)
+
+
+def test_a_groups_setting_is_one_flag_however_the_config_writes_it():
+    """As the group (``packing: {row_tokens: ...}``), as a dotted key or by its old flat name: the same
+    flag, and the same value read back."""
+    as_group = trainer(packing={"row_tokens": 512, "share_prefix": None}, sync={"mode": "none"})
+    dotted = trainer(**{"packing.row_tokens": 512, "packing.share_prefix": None, "sync.mode": "none"})
+    old = trainer(pack_tokens=512, share_prefix=None, sync_mode="none")
+    addresses = stand_in_addresses([as_group])
+    flags = ["--packing.row-tokens", "512", "--packing.share-prefix", "null", "--sync.mode", "none"]
+    for spec in (as_group, dotted, old):
+        assert command_args(spec, addresses) == flags
+        settings = resolve(spec, addresses)
+        assert (settings.packing.row_tokens, settings.packing.share_prefix, settings.sync.mode) == (512, None, "none")
+
+
+def test_a_groups_setting_given_as_a_flag_too_or_unknown_is_refused_when_the_config_is_read():
+    with pytest.raises(ValidationError, match="settings: packing.row_tokens also given as a flag in args"):
+        trainer(["--pack-tokens", "1024"], packing={"row_tokens": 512})  # the old flag is the same setting
+    with pytest.raises(ValidationError, match="settings: packing.row_tokenz not a setting of rlstack.trainer"):
+        trainer(packing={"row_tokenz": 512})
+    with pytest.raises(ValidationError, match="settings: model.x not a setting of rlstack.trainer"):
+        trainer(**{"model.x": 1})
