@@ -138,13 +138,13 @@ class Cell:
 
 
 CELLS = [
-    Cell("builtin", "`python -m rlstack.agent` (`--agent builtin`)", "openai", False,
+    Cell("builtin", "`python -m rlstack.agent` (`--agent.name builtin`)", "openai", False,
          lambda: builtin_agent(AgentLimits()), chat_results),
-    Cell("claude-code", "`claude -p --bare --tools Bash,Read,Edit` (`--agent claude-code`)", "anthropic", True,
+    Cell("claude-code", "`claude -p --bare --tools Bash,Read,Edit` (`--agent.name claude-code`)", "anthropic", True,
          lambda: claude_code_agent(), anthropic_results),
-    Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent codex`)", "responses", True,
+    Cell("codex", "`codex exec` on a `wire_api=responses` provider (`--agent.name codex`)", "responses", True,
          lambda: codex_agent(), responses_results),
-    Cell("opencode", "`opencode run --auto --pure` on an OpenAI-compatible provider (`--agent opencode`)", "openai", True,
+    Cell("opencode", "`opencode run --auto --pure` on an OpenAI-compatible provider (`--agent.name opencode`)", "openai", True,
          lambda: opencode_agent(), chat_results),
 ]
 FORCED_CELLS = [
