@@ -9,6 +9,7 @@ its plot or its docs table reads); ``ratios`` are the headline claims, by name.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -20,7 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-REPO = Path(__file__).resolve().parents[2]
+from bench.common.harness import REPO
 
 
 class Machine(BaseModel):
@@ -100,12 +101,12 @@ def figures_of(line: dict[str, Any]) -> dict[str, Any]:
 
 def stored_figures(path: Path) -> list[dict[str, Any]]:
     """Every result's figures in a stored file: lines of this format, or one JSON document or JSON
-    lines a bench wrote before it."""
-    import json
-
+    lines a bench wrote before it. A file with no result is an error, not an empty plot."""
     text = path.read_text()
     try:
         lines = [json.loads(text)]
     except ValueError:
         lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no result in it")
     return [figures_of(line) for line in lines]

@@ -27,10 +27,9 @@ from typing import Any
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
 
-log = logging.getLogger("rlstack.settings")
+from rlstack.common.setting_names import env_name, flag_name
 
-NESTED = "__"
-"""pydantic-settings' delimiter between a group and its field in an env var name."""
+log = logging.getLogger("rlstack.settings")
 
 
 def _is_object(value: object) -> bool:
@@ -65,36 +64,27 @@ def renamed_data(data: dict[str, Any], renamed: Mapping[str, str], warn: bool = 
     return out
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _new_flag(new: str, negated: bool = False) -> str:
-    group, _, field = new.partition(".")
-    return ("--no-" if negated else "--") + f"{group}.{field}".replace("_", "-")
-
-
 def renamed_argv(args: Sequence[str], renamed: Mapping[str, str], warn: bool = True) -> list[str]:
     """Flags with old flat names rewritten to their groups' (``--x v``, ``--x=v``, ``--no-x``); ``warn=False``
     where the same flags are read again later (the launcher's check of a run config)."""
-    flags = {_flag(old): (old, new) for old, new in renamed.items()}
-    negated = {"--no-" + _flag(old)[2:]: (old, new) for old, new in renamed.items()}
+    flags = {flag_name(old): (old, new) for old, new in renamed.items()}
+    negated = {flag_name(old, negated=True): (old, new) for old, new in renamed.items()}
     out: list[str] = []
     for i, arg in enumerate(args):
         name, eq, inline = arg.partition("=")
         if arg in negated:
             old, new = negated[arg]
-            out.append(_new_flag(new, negated=True))
+            out.append(flag_name(new, negated=True))
             if warn:
-                _warn(arg, _new_flag(new, negated=True), False)
+                _warn(arg, out[-1], False)
             continue
         if name in flags:
             old, new = flags[name]
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             if _moves(old, new, value):
-                out.append(_new_flag(new) + (eq + inline if eq else ""))
+                out.append(flag_name(new) + (eq + inline if eq else ""))
                 if warn:
-                    _warn(name, _new_flag(new), False)
+                    _warn(name, flag_name(new), False)
                 continue
         out.append(arg)
     return out
@@ -107,14 +97,12 @@ class RenamedEnvSource(EnvSettingsSource):
         env = dict(super()._load_env_vars())
         fold = (lambda n: n) if self.case_sensitive else str.lower
         for old, new in getattr(self.settings_cls, "renamed", {}).items():
-            old_var = fold(f"{self.env_prefix}{old}")
-            if old_var not in env or not _moves(old, new, env[old_var]):
+            old_var, new_var = env_name(self.env_prefix, old), env_name(self.env_prefix, new)
+            if fold(old_var) not in env or not _moves(old, new, env[fold(old_var)]):
                 continue
-            value = env.pop(old_var)
-            new_var = fold(f"{self.env_prefix}{new.replace('.', NESTED)}")
-            both = new_var in env
-            env[new_var] = value
-            _warn(f"{self.env_prefix}{old}".upper(), f"{self.env_prefix}{new.replace('.', NESTED)}".upper(), both)
+            both = fold(new_var) in env
+            env[fold(new_var)] = env.pop(fold(old_var))
+            _warn(old_var, new_var, both)
         return env
 
 

@@ -27,7 +27,6 @@ from rlstack.common.renamed_settings import (
     RenamedEnvSource,
     RenamedSource,
     renamed_argv,
-    renamed_data,
 )
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -68,12 +67,6 @@ class ServiceSettings(BaseSettings):
 
     renamed: ClassVar[dict[str, str]] = {}
     """Old flat setting -> its ``group.field`` now; the old name still works, warned (``common.renamed_settings``)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_names(cls, data: Any) -> Any:  # noqa: ANN401 - whatever pydantic passes
-        """A dict validated directly (``model_validate``, a run config's ``settings:``) by its old flat names."""
-        return renamed_data(data, cls.renamed) if isinstance(data, dict) and cls.renamed else data
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

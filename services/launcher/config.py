@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rlstack.common.names import POLICY_NAME
 from rlstack.common.policies import PolicyRoute, PolicyTable
 from rlstack.common.renamed_settings import renamed_argv
-from rlstack.launcher.settings_models import SETTINGS, flag_name, setting_paths, settings_class
+from rlstack.common.setting_names import flag_name
+from rlstack.launcher.settings_models import SETTINGS, setting_paths, settings_class
 
 SERVICE_NAME = r"^[a-z][a-z0-9_-]{0,40}$"
 

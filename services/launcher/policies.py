@@ -14,8 +14,9 @@ from typing import Any
 
 from rlstack.common.policies import PolicyTable, declared_family
 from rlstack.common.renamed_settings import renamed_argv
+from rlstack.common.setting_names import flag_name
 from rlstack.launcher.config import PolicyDecl, RunConfig, ServiceSpec
-from rlstack.launcher.settings_models import flag_name, setting_paths, settings_class
+from rlstack.launcher.settings_models import setting_paths, settings_class
 
 INFERENCE, TRAINER = "rlstack.inference", "rlstack.trainer"
 SHARED = {"rlstack.proxy": "routes", "rlstack.envs": "routes", "rlstack.batcher": "names"}

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from rlstack.common.setting_names import flag_name
 from rlstack.launcher.settings_models import (
     SETTINGS,
-    flag_name,
     setting_paths,
     setting_text,
     settings_class,

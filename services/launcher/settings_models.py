@@ -1,6 +1,7 @@
-"""Which settings model each service the launcher starts reads (the one table), and how a setting is
-spelled on a command line or in an env var: below the run config (which checks a service's
-``settings:`` against them), the code that resolves them and the chart's table."""
+"""Which settings model each service the launcher starts reads (the one table), a run config's settings
+by path, and a setting's value as text: below the run config (which checks a service's ``settings:``
+against them), the code that resolves them and the chart's table. Flag and env var names are
+``common.setting_names``'."""
 
 from __future__ import annotations
 
@@ -28,12 +29,6 @@ HTTP client, torch or vLLM: reading them is cheap)."""
 def settings_class(module: str) -> type[ServiceSettings]:
     target, _, name = SETTINGS[module].partition(":")
     return getattr(importlib.import_module(target), name)
-
-
-def flag_name(path: str, negated: bool = False) -> str:
-    """A setting's command-line flag (pydantic-settings' kebab case, a group's field after a dot):
-    ``model`` -> ``--model``, ``packing.row_tokens`` -> ``--packing.row-tokens``."""
-    return ("--no-" if negated else "--") + path.replace("_", "-")
 
 
 def setting_paths(model: type[BaseModel], values: Mapping[str, Any], prefix: str = "", warn: bool = True) -> dict[str, Any]:

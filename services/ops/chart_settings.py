@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.fields import FieldInfo
 
-from rlstack.common.renamed_settings import NESTED
+from rlstack.common.setting_names import env_name
 from rlstack.launcher.settings_models import setting_text, settings_class
 
 MISSING = object()
@@ -51,7 +51,7 @@ class ChartSetting(BaseModel):
         return settings
 
     def env_var(self) -> str:
-        return settings_class(self.module).model_config.get("env_prefix", "") + self.field.replace(".", NESTED).upper()
+        return env_name(settings_class(self.module).model_config.get("env_prefix", ""), self.field)
 
 
 def _rows(module: str, *rows: tuple[str, str, Any] | tuple[str, str, Any, bool]) -> tuple[ChartSetting, ...]:

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench.common.result import BenchResult, stored_figures
 from tests.conftest import REPO
 
@@ -32,3 +34,13 @@ def test_stored_results_of_the_formats_before_read_as_their_figures(tmp_path):
     old_document = tmp_path / "faults.json"  # bench/faults.py's indented document
     old_document.write_text(json.dumps({"ok": True, "faulted": {}}, indent=1))
     assert stored_figures(old_document) == [{"ok": True, "faulted": {}}]
+
+
+def test_a_stored_file_with_no_result_is_refused_and_the_plot_exits_non_zero(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no result in it"):
+        stored_figures(empty)
+    done = subprocess.run([sys.executable, "-m", "bench.trainer_plot", str(empty), "--out", str(tmp_path / "p.png")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "no result in it" in done.stderr and not (tmp_path / "p.png").exists()
